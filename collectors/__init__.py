@@ -1,0 +1,1 @@
+"""Sources that face the hardware: each yields :class:`phasewatch.batch.SampleBatch`."""
