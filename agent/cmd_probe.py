@@ -1,0 +1,11 @@
+"""`phasewatch probe` (being built)."""
+
+from .errors import UserError
+
+
+def add_arguments(parser):
+    parser.add_argument("rest", nargs="*")
+
+
+def run(args) -> int:
+    raise UserError("'probe' is not available in this build yet")
