@@ -1,0 +1,22 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+WORKLOADS = Path(__file__).parent / "workloads"
+
+
+@pytest.fixture(scope="session")
+def abab(tmp_path_factory) -> Path:
+    """The A-B-A test program (tests/workloads/abab.c), compiled once per session
+    as a normal PIE executable."""
+    if shutil.which("make") is None or shutil.which("gcc") is None:
+        pytest.fail("building tests/workloads needs gcc and make (apt-get install gcc make)")
+    out = tmp_path_factory.mktemp("workloads")
+    subprocess.run(["make", "-s", "-C", str(WORKLOADS), f"OUT={out}", "CC=gcc"], check=True)
+    return out / "abab"
