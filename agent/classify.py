@@ -1,0 +1,204 @@
+"""Leader-follower phase classification, one interval at a time.
+
+An interval stays in the previous phase if that phase's centroid is within the
+threshold; otherwise it takes the nearest centroid within the threshold;
+otherwise it opens a new phase.  Centroids are running means of their members,
+segment by segment.  The distance of a profile to a centroid is the largest of
+the segment distances over the segments both have (see DESIGN §1).
+
+With the adaptive threshold, the threshold follows the distances of intervals
+that joined an existing phase: an exponentially weighted mean plus ``z``
+standard deviations, clamped to [min, max], starting from the fixed threshold
+and moving only after ``warmup`` joins.  It is updated after each decision, so
+the classifier still decides online.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from .histograms import segment_distance
+from .params import DetectorParams
+
+# Threshold state slots.
+_THR, _MEAN, _VAR, _JOINED = range(4)
+
+
+class ClassifierState:
+    """Centroids and the threshold, grown as phases appear."""
+
+    def __init__(self, width: int, n_segments: int, params: DetectorParams, capacity: int = 64):
+        self.params = params
+        self.centroids = np.zeros((capacity, width))
+        self.members = np.zeros((capacity, n_segments), np.int64)
+        self.count = np.zeros(1, np.int64)          # phases so far
+        self.previous = np.full(1, -1, np.int64)     # phase of the previous interval
+        self.threshold = np.array([params.threshold, 0.0, 0.0, 0.0])
+
+    @property
+    def n_phases(self) -> int:
+        return int(self.count[0])
+
+    def grow(self) -> None:
+        cap = len(self.centroids)
+        self.centroids = np.vstack([self.centroids, np.zeros_like(self.centroids)])
+        self.members = np.vstack([self.members, np.zeros((cap, self.members.shape[1]), np.int64)])
+
+
+def adaptive_settings(p: DetectorParams) -> np.ndarray:
+    return np.array([1.0 if p.adaptive else 0.0, p.adaptive_z, p.adaptive_alpha,
+                     p.adaptive_min, p.adaptive_max, float(p.adaptive_warmup)])
+
+
+def classify(profiles: np.ndarray, present: np.ndarray, bounds: np.ndarray,
+             kinds: np.ndarray, used: np.ndarray, state: ClassifierState):
+    """Classify intervals in order.  Returns (phase, distance, new_phase) arrays;
+    ``distance`` is to the nearest centroid before the decision (NaN when there
+    was none to compare with)."""
+    n = len(profiles)
+    phase = np.empty(n, np.int64)
+    dist = np.empty(n, np.float64)
+    new = np.empty(n, np.bool_)
+    settings = adaptive_settings(state.params)
+    done = 0
+    while done < n:
+        done = _classify_kernel(profiles, present, bounds, kinds, used, done, settings,
+                                state.centroids, state.members, state.count, state.previous,
+                                state.threshold, phase, dist, new)
+        if done < n:
+            state.grow()
+    return phase, dist, new
+
+
+@numba.njit(cache=True, nogil=True)
+def profile_distance(x, x_present, c, c_members, bounds, kinds, used):
+    """Largest segment distance over the used segments both sides have; 1 if none."""
+    d = -1.0
+    for s in range(len(kinds)):
+        if used[s] and x_present[s] and c_members[s] > 0:
+            lo, hi = bounds[s], bounds[s + 1]
+            d = max(d, segment_distance(x[lo:hi], c[lo:hi], kinds[s]))
+    return d if d >= 0.0 else 1.0
+
+
+@numba.njit(cache=True, nogil=True)
+def _nearest(x, x_present, centroids, members, count, bounds, kinds, used):
+    best, best_d = -1, np.inf
+    for p in range(count):
+        d = profile_distance(x, x_present, centroids[p], members[p], bounds, kinds, used)
+        if d < best_d:
+            best, best_d = p, d
+    return best, best_d
+
+
+@numba.njit(cache=True, nogil=True)
+def _join(x, x_present, centroid, members, bounds):
+    for s in range(len(members)):
+        if not x_present[s]:
+            continue
+        members[s] += 1
+        w = 1.0 / members[s]
+        for j in range(bounds[s], bounds[s + 1]):
+            centroid[j] += (x[j] - centroid[j]) * w
+
+
+@numba.njit(cache=True, nogil=True)
+def _adapt(thr, d, settings):
+    alpha = settings[2]
+    if thr[_JOINED] == 0:
+        thr[_MEAN] = d
+        thr[_VAR] = 0.0
+    else:
+        delta = d - thr[_MEAN]
+        thr[_MEAN] += alpha * delta
+        thr[_VAR] = (1.0 - alpha) * (thr[_VAR] + alpha * delta * delta)
+    thr[_JOINED] += 1
+    if thr[_JOINED] >= settings[5]:
+        t = thr[_MEAN] + settings[1] * np.sqrt(thr[_VAR])
+        thr[_THR] = min(max(t, settings[3]), settings[4])
+
+
+@numba.njit(cache=True, nogil=True)
+def _classify_kernel(profiles, present, bounds, kinds, used, start, settings,
+                     centroids, members, count, previous, thr, o_phase, o_dist, o_new):
+    """Classify from ``start`` on; return the index reached (short of the end
+    only when the centroid table is full)."""
+    n = len(profiles)
+    for i in range(start, n):
+        k = count[0]
+        x, xp = profiles[i], present[i]
+        prev = previous[0]
+        nearest, d_near = _nearest(x, xp, centroids, members, k, bounds, kinds, used)
+        chosen, d = -1, d_near
+        if prev >= 0:
+            d_prev = profile_distance(x, xp, centroids[prev], members[prev], bounds, kinds, used)
+            if d_prev <= thr[_THR]:
+                chosen, d = prev, d_prev
+        if chosen < 0 and nearest >= 0 and d_near <= thr[_THR]:
+            chosen = nearest
+        if chosen < 0:
+            if k == len(centroids):
+                return i
+            chosen = k
+            count[0] = k + 1
+            o_new[i] = True
+        else:
+            o_new[i] = False
+            if settings[0] > 0.0:
+                _adapt(thr, d, settings)
+        o_phase[i] = chosen
+        o_dist[i] = d if nearest >= 0 else np.nan
+        _join(x, xp, centroids[chosen], members[chosen], bounds)
+        previous[0] = chosen
+    return n
+
+
+def classify_reference(profiles, present, bounds, kinds, used, params: DetectorParams):
+    """Plain Python/numpy leader-follower, for the tests and the benchmark."""
+    from .histograms import cumulative_distance_reference, total_variation_distance_reference
+    seg_fn = [cumulative_distance_reference, total_variation_distance_reference]
+    centroids, members, phases, dists, news = [], [], [], [], []
+    thr, mean, var, joined = params.threshold, 0.0, 0.0, 0
+
+    def distance(x, xp, c, cm):
+        ds = [seg_fn[kinds[s]](x[bounds[s]:bounds[s + 1]], c[bounds[s]:bounds[s + 1]])
+              for s in range(len(kinds)) if used[s] and xp[s] and cm[s] > 0]
+        return max(ds) if ds else 1.0
+
+    prev = -1
+    for x, xp in zip(profiles, present):
+        ds = [distance(x, xp, c, cm) for c, cm in zip(centroids, members)]
+        nearest = int(np.argmin(ds)) if ds else -1
+        chosen, d = -1, (ds[nearest] if ds else np.nan)
+        if prev >= 0 and ds[prev] <= thr:
+            chosen, d = prev, ds[prev]
+        elif ds and ds[nearest] <= thr:
+            chosen = nearest
+        if chosen < 0:
+            centroids.append(np.zeros_like(x))
+            members.append(np.zeros(len(kinds), np.int64))
+            chosen = len(centroids) - 1
+            news.append(True)
+        else:
+            news.append(False)
+            if params.adaptive:
+                if joined == 0:
+                    mean, var = d, 0.0
+                else:
+                    delta = d - mean
+                    mean += params.adaptive_alpha * delta
+                    var = (1 - params.adaptive_alpha) * (var + params.adaptive_alpha * delta * delta)
+                joined += 1
+                if joined >= params.adaptive_warmup:
+                    thr = min(max(mean + params.adaptive_z * np.sqrt(var), params.adaptive_min),
+                              params.adaptive_max)
+        for s in range(len(kinds)):
+            if xp[s]:
+                members[chosen][s] += 1
+                sl = slice(bounds[s], bounds[s + 1])
+                centroids[chosen][sl] += (x[sl] - centroids[chosen][sl]) / members[chosen][s]
+        phases.append(chosen)
+        dists.append(d)
+        prev = chosen
+    return np.array(phases, np.int64), np.array(dists), np.array(news, np.bool_)

@@ -1,0 +1,64 @@
+"""The detectors: which parts of an execution profile each compares, and how.
+
+``vpf``
+    The thesis's detector.  Profiles are the core-voltage histogram and the
+    productive-frequency histogram; both are ordered quantities, so each is
+    compared with the cumulative histogram distance (a sample moved to a
+    neighbouring bin costs little, one moved across the range costs much).
+    The profile distance is the larger of the two: two intervals belong together
+    only if neither signal tells them apart.
+
+``vpf-ip``
+    Adds the folded instruction-pointer vector.  Its entries have no order once
+    folded, so it is compared with the total-variation distance (half the L1
+    distance, also 0..1): code that runs in disjoint places is at distance 1
+    however close those places lie.  Combined again by the maximum, so a change
+    of code alone opens a new phase even when voltage and frequency stay alike.
+    Where the host gives no voltage or frequency (a virtual machine), the IP
+    vector is the only segment present and decides alone.
+
+Segments an interval has no samples for are left out of the maximum, on either
+side; if no segment is left, the distance is 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import UserError
+from .intervals import SEGMENTS
+
+USED_SEGMENTS = {
+    "vpf": ("voltage", "pfreq"),
+    "vpf-ip": ("voltage", "pfreq", "ip"),
+}
+NAMES = tuple(USED_SEGMENTS)
+
+#: Raw signals each segment is computed from.
+SEGMENT_SIGNALS = {
+    "voltage": ("perf_status",),
+    "pfreq": ("pperf", "mperf"),
+    "ip": ("ip",),
+}
+
+
+def used_mask(detector: str) -> np.ndarray:
+    if detector not in USED_SEGMENTS:
+        raise UserError(f"unknown detector {detector!r}: choose one of {', '.join(NAMES)}")
+    return np.array([s in USED_SEGMENTS[detector] for s in SEGMENTS], np.bool_)
+
+
+def usable_segments(detector: str, signals) -> list[str]:
+    """The detector's segments whose raw signals are all present."""
+    have = set(signals)
+    return [s for s in USED_SEGMENTS[detector] if set(SEGMENT_SIGNALS[s]) <= have]
+
+
+def check_signals(detector: str, signals) -> list[str]:
+    """Segments the detector can use with these signals; an error if none."""
+    usable = usable_segments(detector, signals)
+    if usable:
+        return usable
+    need = " or ".join("+".join(SEGMENT_SIGNALS[s]) for s in USED_SEGMENTS[detector])
+    hint = " (try --detector vpf-ip)" if "ip" in set(signals) and detector == "vpf" else ""
+    raise UserError(f"detector {detector} needs {need}, and the samples have none of them{hint}")

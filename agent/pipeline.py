@@ -1,0 +1,116 @@
+"""decode → intervals → profiles → phases: one pipeline for live runs and replay.
+
+The pipeline is a pure function of the batches it is fed and the state it
+keeps between them; sources and sinks stay outside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .batch import SampleBatch
+from .classify import ClassifierState, classify
+from .decode import DecoderState, decode
+from .detectors import used_mask
+from .intervals import SEGMENT_KINDS, SEGMENTS, IntervalAccumulator, IntervalBlock, Layout
+from .params import Params
+
+KERNEL_ADDRESSES = np.uint64(0x8000_0000_0000_0000)
+
+
+@dataclass
+class Intervals:
+    """Classified intervals, as columns (the JSON Lines keys and a few more)."""
+
+    index: np.ndarray
+    t_start_ns: np.ndarray
+    t_end_ns: np.ndarray
+    instructions: np.ndarray
+    cycles: np.ndarray
+    samples: np.ndarray
+    distance: np.ndarray
+    phase: np.ndarray
+    new_phase: np.ndarray
+    voltage_mv: np.ndarray       # mean over the interval's samples, NaN if none
+    pfreq_mhz: np.ndarray
+    partial: bool = False
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def cpi(self) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(self.instructions > 0, self.cycles / self.instructions, np.nan)
+
+
+class Pipeline:
+    """Feed it sample batches; it returns the intervals each batch completed."""
+
+    def __init__(self, params: Params, base_mhz: float, voltage_from_perf_status: bool = True):
+        self.params = params
+        self.base_mhz = float(base_mhz)
+        self.voltage_from_perf_status = voltage_from_perf_status
+        self.decoder = DecoderState()
+        self.accumulator = IntervalAccumulator(params.interval, params.histograms)
+        self.layout: Layout = self.accumulator.layout
+        self.classifier = ClassifierState(self.layout.width, len(SEGMENTS), params.detector)
+        self.used = used_mask(params.detector.detector)
+        self.text_range = params.histograms.text_range
+        self.count = 0
+        self.samples = 0
+
+    def feed(self, batch: SampleBatch) -> Intervals:
+        self.samples += len(batch)
+        if self.text_range is None and self.used[SEGMENTS.index("ip")] and "ip" in batch:
+            self._guess_text_range(batch["ip"])
+        decoded = decode(batch, self.decoder, self.base_mhz, self.voltage_from_perf_status)
+        block = self.accumulator.feed(batch["t_ns"], batch.get("ip"), decoded)
+        return self._classify(block)
+
+    def finish(self) -> Intervals:
+        """The trailing partial interval, reported but neither classified nor
+        added to any centroid: its phase is -1."""
+        block = self.accumulator.pending()
+        n = len(block)
+        return self._intervals(block, np.full(n, -1, np.int64), np.full(n, np.nan),
+                               np.zeros(n, np.bool_), partial=True)
+
+    @property
+    def n_phases(self) -> int:
+        return self.classifier.n_phases
+
+    @property
+    def threshold(self) -> float:
+        return float(self.classifier.threshold[0])
+
+    def dropped(self) -> dict[str, int]:
+        return self.decoder.dropped()
+
+    def _classify(self, block: IntervalBlock) -> Intervals:
+        phase, dist, new = classify(block.profiles, block.present, self.layout.bounds,
+                                    SEGMENT_KINDS, self.used, self.classifier)
+        return self._intervals(block, phase, dist, new)
+
+    def _intervals(self, block: IntervalBlock, phase, dist, new, partial=False) -> Intervals:
+        n = len(block)
+        index = np.arange(self.count, self.count + n, dtype=np.int64)
+        if not partial:
+            self.count += n
+        with np.errstate(divide="ignore", invalid="ignore"):
+            volt = block.voltage_sum / block.segment_samples[:, 0]
+            pfreq = block.pfreq_sum / block.segment_samples[:, 1]
+        return Intervals(index, block.t_start_ns, block.t_end_ns, block.instructions,
+                         block.cycles, block.samples, dist, phase, new, volt, pfreq, partial)
+
+    def _guess_text_range(self, ips: np.ndarray) -> None:
+        """No text range known: take the span of the user-space IPs seen first,
+        and keep it, so that profiles stay comparable for the whole run."""
+        user = ips[(ips != 0) & (ips < KERNEL_ADDRESSES)]
+        if len(user) == 0:
+            return
+        lo, hi = int(user.min()), int(user.max()) + 1
+        self.text_range = (lo, hi)
+        self.accumulator.set_text_range(lo, hi)
