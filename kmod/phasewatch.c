@@ -48,7 +48,7 @@ struct pw_cpu {
 	struct perf_event *insns;	/* ends intervals; hardware or cpu-clock */
 	struct perf_event *cycles;
 	struct irq_work wake;
-	u64 ticks, skipped, msr_faults;
+	u64 ticks, missed, skipped, msr_faults;
 	u32 clock;
 	bool interval_pending;
 };
@@ -140,7 +140,7 @@ static enum hrtimer_restart pw_tick(struct hrtimer *timer)
 
 	pc->ticks++;
 	pw_sample(pc);
-	hrtimer_forward_now(timer, ns_to_ktime(pw_cfg.period_ns));
+	pc->missed += hrtimer_forward_now(timer, ns_to_ktime(pw_cfg.period_ns)) - 1;
 	return HRTIMER_RESTART;
 }
 
@@ -406,6 +406,7 @@ static long pw_stats(struct pw_stats __user *us)
 		s.ticks += READ_ONCE(pc->ticks);
 		s.skipped += READ_ONCE(pc->skipped);
 		s.msr_faults += READ_ONCE(pc->msr_faults);
+		s.missed += READ_ONCE(pc->missed);
 		s.records += READ_ONCE(pc->hdr->head);
 		s.lost += READ_ONCE(pc->hdr->lost);
 		s.intervals += READ_ONCE(pc->hdr->intervals);

@@ -108,6 +108,7 @@ struct pw_stats {
 	__u64 skipped;		/* ticks when the target was not running */
 	__u64 intervals;	/* interval ends */
 	__u64 msr_faults;	/* rdmsr_safe failures */
+	__u64 missed;		/* periods skipped by a late timer */
 	__u32 clock;		/* PW_CLOCK_*: what ends intervals */
 	__u32 running;
 	__u32 nr_cpus;		/* CPUs sampled now */

@@ -1,0 +1,424 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Runs inside the kmod-test VM as a static binary: loads phasewatch, drives
+ * its ABI and checks the mechanics (record rate, IPs, lost records, refused
+ * arguments, single opener, hotplug, unload).  Prints one PASS or FAIL line.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+#include "phasewatch_uapi.h"
+
+#define DEV "/dev/phasewatch"
+#define RATE_HZ 1000.0
+#define RATE_TOLERANCE 0.15
+
+extern char __executable_start[], etext[];
+
+struct ring {
+	void *base;
+	size_t bytes;
+	volatile struct pw_ring_header *hdr;
+	volatile struct pw_record *rec;
+};
+
+static volatile sig_atomic_t stop_loop;
+
+static void fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("FAIL ");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+	exit(1);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s)
+{
+	struct timespec ts = { (time_t)s, (long)((s - (time_t)s) * 1e9) };
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+static void on_alarm(int sig)
+{
+	stop_loop = 1;
+}
+
+/* Spin in user mode, without calls out of this binary's .text, for @s seconds. */
+static unsigned long busy_loop(double s)
+{
+	struct itimerval it = { .it_value = { (time_t)s, (long)((s - (time_t)s) * 1e6) } };
+	unsigned long n = 0;
+
+	stop_loop = 0;
+	signal(SIGALRM, on_alarm);
+	setitimer(ITIMER_REAL, &it, NULL);
+	while (!stop_loop)
+		n++;
+	return n;
+}
+
+static int xioctl(int fd, unsigned long cmd, void *arg)
+{
+	return ioctl(fd, cmd, arg) ? -errno : 0;
+}
+
+static void expect_ioctl(int fd, unsigned long cmd, void *arg, int want, const char *what)
+{
+	int got = xioctl(fd, cmd, arg);
+
+	if (got != want)
+		fail("%s: got %s, want %s", what, strerror(-got), strerror(-want));
+}
+
+static struct pw_config config(uint64_t cpus, uint32_t tgid, uint32_t nr, uint32_t watermark)
+{
+	struct pw_config c = { .cpu_mask = { cpus }, .target_tgid = tgid,
+			       .msr_mask = PW_MSR_ALL, .nr_records = nr,
+			       .watermark = watermark };
+	return c;
+}
+
+static void configure(int fd, struct pw_config *c)
+{
+	int err = xioctl(fd, PW_IOC_CONFIGURE, c);
+
+	if (err)
+		fail("configure: %s", strerror(-err));
+}
+
+static struct pw_stats stats(int fd)
+{
+	struct pw_stats s;
+	int err = xioctl(fd, PW_IOC_STATS, &s);
+
+	if (err)
+		fail("stats: %s", strerror(-err));
+	return s;
+}
+
+static struct ring map_ring(int fd, const struct pw_config *c, int cpu)
+{
+	struct ring r = { .bytes = c->ring_bytes };
+
+	r.base = mmap(NULL, r.bytes, PROT_READ, MAP_SHARED, fd, (off_t)cpu * c->ring_bytes);
+	if (r.base == MAP_FAILED)
+		fail("mmap ring %d: %s", cpu, strerror(errno));
+	r.hdr = r.base;
+	r.rec = (void *)((char *)r.base + PW_HEADER_BYTES);
+	if (r.hdr->magic != PW_RING_MAGIC || r.hdr->record_size != sizeof(struct pw_record) ||
+	    r.hdr->nr_records != c->nr_records || r.hdr->cpu != (uint32_t)cpu)
+		fail("ring %d header: magic %x size %u records %u cpu %u", cpu, r.hdr->magic,
+		     r.hdr->record_size, r.hdr->nr_records, r.hdr->cpu);
+	return r;
+}
+
+static void start(int fd)
+{
+	expect_ioctl(fd, PW_IOC_START, NULL, 0, "start");
+}
+
+static void stop(int fd)
+{
+	expect_ioctl(fd, PW_IOC_STOP, NULL, 0, "stop");
+}
+
+static void pin_to_cpu(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set))
+		fail("sched_setaffinity: %s", strerror(errno));
+}
+
+static int module_loaded(void)
+{
+	char line[256];
+	FILE *f = fopen("/proc/modules", "r");
+	int found = 0;
+
+	if (!f)
+		fail("/proc/modules: %s", strerror(errno));
+	while (fgets(line, sizeof(line), f))
+		found |= !strncmp(line, "phasewatch ", 11);
+	fclose(f);
+	return found;
+}
+
+static void check_device(void)
+{
+	struct stat st;
+
+	if (stat(DEV, &st))
+		fail(DEV ": %s", strerror(errno));
+	if (!S_ISCHR(st.st_mode) || (st.st_mode & 0777) != 0600 || st.st_uid != 0)
+		fail(DEV " mode %o uid %d, want char device 0600 root", st.st_mode, st.st_uid);
+}
+
+static void check_refusals(int fd)
+{
+	struct pw_config c;
+	struct pw_consume consume = { .cpu = 0, .tail = 1 };
+
+	expect_ioctl(fd, PW_IOC_START, NULL, -EINVAL, "start before configure");
+	expect_ioctl(fd, PW_IOC_STATS, &c, -EINVAL, "stats before configure");
+	expect_ioctl(fd, _IO(PW_IOC_MAGIC, 99), NULL, -ENOTTY, "unknown ioctl");
+	c = config(0, 0, 0, 0);
+	expect_ioctl(fd, PW_IOC_CONFIGURE, &c, -EINVAL, "empty cpu mask");
+	c = config(1, 0, 0, 0);
+	c.cpu_mask[PW_CPU_WORDS - 1] = 1ull << 63;
+	expect_ioctl(fd, PW_IOC_CONFIGURE, &c, -EINVAL, "cpu 1023");
+	c = config(1, 0, 0, 0);
+	c.msr_mask = 1u << PW_NR_MSRS;
+	expect_ioctl(fd, PW_IOC_CONFIGURE, &c, -EINVAL, "MSR outside the allowlist");
+	c = config(1, 0, 0, 0);
+	c.period_ns = 1000;
+	expect_ioctl(fd, PW_IOC_CONFIGURE, &c, -EINVAL, "1 us period");
+	c = config(1, 0, 1000, 0);
+	expect_ioctl(fd, PW_IOC_CONFIGURE, &c, -EINVAL, "ring of 1000 records");
+	c = config(1, 0, 256, 512);
+	expect_ioctl(fd, PW_IOC_CONFIGURE, &c, -EINVAL, "watermark above ring size");
+	c = config(1, 0x7ffffff0, 0, 0);
+	expect_ioctl(fd, PW_IOC_CONFIGURE, &c, -EINVAL, "no such target");
+	c = config(1, 0, 0, 0);
+	c.reserved[1] = 1;
+	expect_ioctl(fd, PW_IOC_CONFIGURE, &c, -EINVAL, "reserved field set");
+	expect_ioctl(fd, (unsigned long)PW_IOC_CONFIGURE, (void *)16, -EFAULT, "bad pointer");
+
+	c = config(1, 0, 256, 0);
+	configure(fd, &c);
+	expect_ioctl(fd, PW_IOC_CONSUME, &consume, -EINVAL, "consume past head");
+	consume.cpu = 5;
+	consume.tail = 0;
+	expect_ioctl(fd, PW_IOC_CONSUME, &consume, -EINVAL, "consume unwatched cpu");
+	if (mmap(NULL, c.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) != MAP_FAILED)
+		fail("writable mapping allowed");
+	if (mmap(NULL, c.ring_bytes, PROT_READ, MAP_SHARED, fd, c.ring_bytes) != MAP_FAILED)
+		fail("mapping of an unwatched cpu allowed");
+}
+
+static int in_text(uint64_t ip)
+{
+	return ip >= (uintptr_t)__executable_start && ip < (uintptr_t)etext;
+}
+
+/* Target mode on CPU 0: rate, IPs, tids, intervals. */
+static void check_sampling(int fd, char *summary, size_t len)
+{
+	struct pw_config c = config(1, getpid(), 4096, 0);
+	struct ring r;
+	struct pw_stats s;
+	uint64_t n, i, user = 0, outside = 0, bad_ip = 0;
+	double t0, t1, rate, span;
+
+	pin_to_cpu(0);
+	configure(fd, &c);
+	r = map_ring(fd, &c, 0);
+	t0 = now_s();
+	start(fd);
+	busy_loop(2.0);
+	stop(fd);
+	t1 = now_s();
+	s = stats(fd);
+	n = r.hdr->head;
+	if (n < 100 || n >= c.nr_records)
+		fail("%llu records in %.2f s", (unsigned long long)n, t1 - t0);
+	for (i = 0; i < n; i++) {
+		volatile struct pw_record *rec = &r.rec[i];
+
+		if (rec->cpu != 0 || rec->tid != (uint32_t)getpid() || !(rec->flags & PW_REC_TARGET))
+			fail("record %llu: cpu %u tid %u flags %x", (unsigned long long)i,
+			     rec->cpu, rec->tid, rec->flags);
+		if (i && (rec->t_ns <= r.rec[i - 1].t_ns || rec->interval < r.rec[i - 1].interval))
+			fail("record %llu: time or interval went backwards", (unsigned long long)i);
+		if (s.clock == PW_CLOCK_SOFTWARE && rec->instructions != PW_MISSING)
+			fail("software clock but instructions read");
+		if (!(rec->flags & PW_REC_USER))
+			continue;
+		user++;
+		if (!in_text(rec->ip)) {
+			outside++;
+			bad_ip = rec->ip;
+		}
+	}
+	span = (r.rec[n - 1].t_ns - r.rec[0].t_ns) * 1e-9;
+	rate = (n - 1) / span;
+	if (rate < RATE_HZ * (1 - RATE_TOLERANCE) || rate > RATE_HZ * (1 + RATE_TOLERANCE))
+		fail("record rate %.0f Hz (%llu records over %.3f s)", rate,
+		     (unsigned long long)n, span);
+	if (user < n * 9 / 10)
+		fail("only %llu of %llu records in user mode", (unsigned long long)user,
+		     (unsigned long long)n);
+	if (outside)
+		fail("%llu user IPs outside .text [%p, %p), e.g. %#llx", (unsigned long long)outside,
+		     __executable_start, etext, (unsigned long long)bad_ip);
+	if (s.records != n || s.lost || s.ticks != s.records + s.skipped + s.lost)
+		fail("stats: ticks %llu records %llu lost %llu skipped %llu",
+		     (unsigned long long)s.ticks, (unsigned long long)s.records,
+		     (unsigned long long)s.lost, (unsigned long long)s.skipped);
+	if (llabs((long long)(s.ticks + s.missed) - (long long)(span * RATE_HZ)) > 2 + span * RATE_HZ / 100)
+		fail("%llu ticks + %llu missed periods over %.3f s", (unsigned long long)s.ticks,
+		     (unsigned long long)s.missed, span);
+	if (!s.intervals || s.intervals != r.hdr->intervals || s.clock == PW_CLOCK_NONE)
+		fail("intervals %llu (ring %llu), clock %u", (unsigned long long)s.intervals,
+		     (unsigned long long)r.hdr->intervals, s.clock);
+	if (r.rec[n - 1].interval == r.rec[0].interval)
+		fail("records never crossed an interval end");
+	snprintf(summary, len, "rate=%.1fHz records=%llu span=%.3fs missed=%llu user=%llu intervals=%llu clock=%s",
+		 rate, (unsigned long long)n, span, (unsigned long long)s.missed, (unsigned long long)user,
+		 (unsigned long long)s.intervals,
+		 s.clock == PW_CLOCK_SOFTWARE ? "software" : "instructions");
+	munmap(r.base, r.bytes);
+}
+
+/* All tasks, small ring, reader stops reading: new samples are lost, old ones kept. */
+static void check_lost(int fd, char *summary, size_t len)
+{
+	struct pw_config c = config(1, 0, 256, 128);
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	struct pw_consume consume = { .cpu = 0 };
+	struct ring r;
+	struct pw_stats s;
+	uint64_t first_t, head;
+	double t0;
+
+	c.interval_insns = 10000000000ull;	/* no interval end may wake poll here */
+	configure(fd, &c);
+	r = map_ring(fd, &c, 0);
+	start(fd);
+	t0 = now_s();
+	if (poll(&pfd, 1, 5000) != 1 || !(pfd.revents & POLLIN))
+		fail("poll did not report the watermark");
+	if (r.hdr->head - r.hdr->tail < c.watermark)
+		fail("poll woke at fill %llu below watermark %u",
+		     (unsigned long long)(r.hdr->head - r.hdr->tail), c.watermark);
+	t0 = now_s() - t0;
+	first_t = r.rec[0].t_ns;
+	sleep_s(0.6);
+	s = stats(fd);
+	if (r.hdr->head - r.hdr->tail != c.nr_records)
+		fail("full ring holds %llu records, want %u",
+		     (unsigned long long)(r.hdr->head - r.hdr->tail), c.nr_records);
+	if (r.rec[0].t_ns != first_t)
+		fail("unread record overwritten");
+	if (s.lost < 200 || s.lost != r.hdr->lost)
+		fail("lost %llu (ring %llu) after 0.6 s over a full ring",
+		     (unsigned long long)s.lost, (unsigned long long)r.hdr->lost);
+	if (system("rmmod phasewatch 2>/dev/null") == 0 || !module_loaded())
+		fail("module unloaded while its rings were mapped");
+	consume.tail = r.hdr->head;
+	expect_ioctl(fd, PW_IOC_CONSUME, &consume, 0, "consume");
+	head = r.hdr->head;
+	sleep_s(0.1);
+	if (r.hdr->head <= head || r.hdr->tail != consume.tail)
+		fail("no records after the reader caught up");
+	stop(fd);
+	snprintf(summary, len, "lost=%llu watermark_wake=%.3fs", (unsigned long long)s.lost, t0);
+	munmap(r.base, r.bytes);
+}
+
+static int set_online(int cpu, int on)
+{
+	char path[64];
+	int fd, ok;
+
+	snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/online", cpu);
+	fd = open(path, O_WRONLY);
+	if (fd < 0)
+		return -errno;
+	ok = write(fd, on ? "1" : "0", 1) == 1;
+	close(fd);
+	return ok ? 0 : -errno;
+}
+
+/* Both CPUs watched; CPU 1 goes offline and comes back while sampling. */
+static void check_hotplug(int fd, char *summary, size_t len)
+{
+	struct pw_config c = config(3, 0, 4096, 0);
+	struct ring r;
+	uint64_t head;
+
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+		snprintf(summary, len, "hotplug=skipped(1 cpu)");
+		return;
+	}
+	configure(fd, &c);
+	r = map_ring(fd, &c, 1);
+	start(fd);
+	sleep_s(0.1);
+	if (!r.hdr->online || !r.hdr->head)
+		fail("cpu 1 not sampled");
+	if (set_online(1, 0))
+		fail("cpu 1 offline: %s", strerror(errno));
+	head = r.hdr->head;
+	sleep_s(0.1);
+	if (r.hdr->online || r.hdr->head != head)
+		fail("cpu 1 sampled while offline");
+	if (stats(fd).nr_cpus != 1)
+		fail("stats count %u cpus with cpu 1 offline", stats(fd).nr_cpus);
+	if (set_online(1, 1))
+		fail("cpu 1 online: %s", strerror(errno));
+	sleep_s(0.1);
+	if (!r.hdr->online || r.hdr->head <= head)
+		fail("cpu 1 not sampled after coming back");
+	stop(fd);
+	snprintf(summary, len, "hotplug=ok");
+	munmap(r.base, r.bytes);
+}
+
+int main(void)
+{
+	char sampling[256], lost[128], hotplug[64];
+	int fd, fd2;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	printf("\n");	/* the firmwares leave the console mid-line */
+	if (system("insmod /phasewatch.ko"))
+		fail("insmod");
+	check_device();
+	fd = open(DEV, O_RDWR);
+	if (fd < 0)
+		fail("open: %s", strerror(errno));
+	fd2 = open(DEV, O_RDWR);
+	if (fd2 >= 0 || errno != EBUSY)
+		fail("second open: %s, want EBUSY", fd2 >= 0 ? "succeeded" : strerror(errno));
+	check_refusals(fd);
+	check_sampling(fd, sampling, sizeof(sampling));
+	check_lost(fd, lost, sizeof(lost));
+	check_hotplug(fd, hotplug, sizeof(hotplug));
+	close(fd);
+	if (system("rmmod phasewatch") || module_loaded() || access(DEV, F_OK) == 0)
+		fail("rmmod");
+	printf("PASS %s %s %s\n", sampling, lost, hotplug);
+	return 0;
+}
