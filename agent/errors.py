@@ -14,3 +14,15 @@ class MissingPrivilege(UserError):
 
 class MissingDevice(UserError):
     exit_code = 1
+
+
+class CommandNotFound(UserError):
+    """The command to run does not exist; shells exit 127 for this."""
+
+    exit_code = 127
+
+
+class CommandNotExecutable(UserError):
+    """The command exists but cannot be executed; shells exit 126 for this."""
+
+    exit_code = 126
