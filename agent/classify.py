@@ -51,11 +51,11 @@ def adaptive_settings(p: DetectorParams) -> np.ndarray:
                      p.adaptive_min, p.adaptive_max, float(p.adaptive_warmup)])
 
 
-def classify(profiles: np.ndarray, present: np.ndarray, bounds: np.ndarray,
+def classify(profiles: np.ndarray, counts: np.ndarray, bounds: np.ndarray,
              kinds: np.ndarray, used: np.ndarray, state: ClassifierState):
     """Classify intervals in order.  Returns (phase, distance, new_phase) arrays;
-    ``distance`` is to the nearest centroid before the decision (NaN when there
-    was none to compare with)."""
+    ``counts`` holds each interval's samples per segment.  ``distance`` is to
+    the nearest centroid before the decision (NaN when there was none)."""
     n = len(profiles)
     phase = np.empty(n, np.int64)
     dist = np.empty(n, np.float64)
@@ -63,7 +63,7 @@ def classify(profiles: np.ndarray, present: np.ndarray, bounds: np.ndarray,
     settings = adaptive_settings(state.params)
     done = 0
     while done < n:
-        done = _classify_kernel(profiles, present, bounds, kinds, used, done, settings,
+        done = _classify_kernel(profiles, counts, bounds, kinds, used, done, settings,
                                 state.centroids, state.members, state.count, state.previous,
                                 state.threshold, phase, dist, new)
         if done < n:
@@ -72,30 +72,30 @@ def classify(profiles: np.ndarray, present: np.ndarray, bounds: np.ndarray,
 
 
 @numba.njit(cache=True, nogil=True)
-def profile_distance(x, x_present, c, c_members, bounds, kinds, used):
+def profile_distance(x, x_counts, c, c_members, bounds, kinds, used):
     """Largest segment distance over the used segments both sides have; 1 if none."""
     d = -1.0
     for s in range(len(kinds)):
-        if used[s] and x_present[s] and c_members[s] > 0:
+        if used[s] and x_counts[s] > 0 and c_members[s] > 0:
             lo, hi = bounds[s], bounds[s + 1]
-            d = max(d, segment_distance(x[lo:hi], c[lo:hi], kinds[s]))
+            d = max(d, segment_distance(x[lo:hi], x_counts[s], c[lo:hi], kinds[s]))
     return d if d >= 0.0 else 1.0
 
 
 @numba.njit(cache=True, nogil=True)
-def _nearest(x, x_present, centroids, members, count, bounds, kinds, used):
+def _nearest(x, x_counts, centroids, members, count, bounds, kinds, used):
     best, best_d = -1, np.inf
     for p in range(count):
-        d = profile_distance(x, x_present, centroids[p], members[p], bounds, kinds, used)
+        d = profile_distance(x, x_counts, centroids[p], members[p], bounds, kinds, used)
         if d < best_d:
             best, best_d = p, d
     return best, best_d
 
 
 @numba.njit(cache=True, nogil=True)
-def _join(x, x_present, centroid, members, bounds):
+def _join(x, x_counts, centroid, members, bounds):
     for s in range(len(members)):
-        if not x_present[s]:
+        if x_counts[s] == 0:
             continue
         members[s] += 1
         w = 1.0 / members[s]
@@ -120,14 +120,14 @@ def _adapt(thr, d, settings):
 
 
 @numba.njit(cache=True, nogil=True)
-def _classify_kernel(profiles, present, bounds, kinds, used, start, settings,
+def _classify_kernel(profiles, counts, bounds, kinds, used, start, settings,
                      centroids, members, count, previous, thr, o_phase, o_dist, o_new):
     """Classify from ``start`` on; return the index reached (short of the end
     only when the centroid table is full)."""
     n = len(profiles)
     for i in range(start, n):
         k = count[0]
-        x, xp = profiles[i], present[i]
+        x, xp = profiles[i], counts[i]
         prev = previous[0]
         nearest, d_near = _nearest(x, xp, centroids, members, k, bounds, kinds, used)
         chosen, d = -1, d_near
@@ -154,20 +154,26 @@ def _classify_kernel(profiles, present, bounds, kinds, used, start, settings,
     return n
 
 
-def classify_reference(profiles, present, bounds, kinds, used, params: DetectorParams):
+def classify_reference(profiles, counts, bounds, kinds, used, params: DetectorParams):
     """Plain Python/numpy leader-follower, for the tests and the benchmark."""
-    from .histograms import cumulative_distance_reference, total_variation_distance_reference
-    seg_fn = [cumulative_distance_reference, total_variation_distance_reference]
+    from .histograms import (cumulative_distance_reference, expected_total_variation_reference,
+                             total_variation_distance_reference)
+
+    def tv(x, c, n):
+        return max(total_variation_distance_reference(x, c)
+                   - expected_total_variation_reference(c, n), 0.0)
+
+    seg_fn = [lambda x, c, n: cumulative_distance_reference(x, c), tv]
     centroids, members, phases, dists, news = [], [], [], [], []
     thr, mean, var, joined = params.threshold, 0.0, 0.0, 0
 
     def distance(x, xp, c, cm):
-        ds = [seg_fn[kinds[s]](x[bounds[s]:bounds[s + 1]], c[bounds[s]:bounds[s + 1]])
-              for s in range(len(kinds)) if used[s] and xp[s] and cm[s] > 0]
+        ds = [seg_fn[kinds[s]](x[bounds[s]:bounds[s + 1]], c[bounds[s]:bounds[s + 1]], xp[s])
+              for s in range(len(kinds)) if used[s] and xp[s] > 0 and cm[s] > 0]
         return max(ds) if ds else 1.0
 
     prev = -1
-    for x, xp in zip(profiles, present):
+    for x, xp in zip(profiles, counts):
         ds = [distance(x, xp, c, cm) for c, cm in zip(centroids, members)]
         nearest = int(np.argmin(ds)) if ds else -1
         chosen, d = -1, (ds[nearest] if ds else np.nan)
@@ -194,7 +200,7 @@ def classify_reference(profiles, present, bounds, kinds, used, params: DetectorP
                     thr = min(max(mean + params.adaptive_z * np.sqrt(var), params.adaptive_min),
                               params.adaptive_max)
         for s in range(len(kinds)):
-            if xp[s]:
+            if xp[s] > 0:
                 members[chosen][s] += 1
                 sl = slice(bounds[s], bounds[s + 1])
                 centroids[chosen][sl] += (x[sl] - centroids[chosen][sl]) / members[chosen][s]

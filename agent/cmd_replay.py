@@ -1,11 +1,173 @@
-"""`phasewatch replay` (being built)."""
+"""``phasewatch replay TRACE``: detect phases in a recorded trace."""
 
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+
+from . import detectors, metadata as md
 from .errors import UserError
+from .params import DEFAULT_THRESHOLD, DetectorParams, IntervalParams, Params
+from .pipeline import Pipeline
+from .report import console, phase_table, summary_lines
+from .results import JsonLinesSink, PhaseSummary, adjusted_rand_index
+from .tracefiles import open_trace
 
 
-def add_arguments(parser):
-    parser.add_argument("rest", nargs="*")
+def add_detector_arguments(parser) -> None:
+    parser.add_argument("--detector", choices=detectors.NAMES, default="vpf",
+                        help="vpf: voltage and productive frequency (the thesis); "
+                             "vpf-ip: also the instruction-pointer vector")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, metavar="X",
+                        help="distance under which an interval joins a phase (default %(default)s)")
+    parser.add_argument("--adaptive", action="store_true",
+                        help="adapt the threshold online to the distances within phases")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--interval-instructions", type=int, metavar="N",
+                      help="end an interval every N retired instructions (default 100M)")
+    size.add_argument("--interval-ms", type=float, metavar="MS",
+                      help="end an interval every MS milliseconds instead")
+    parser.add_argument("--output", metavar="FILE", help="write one JSON object per interval")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("trace", metavar="TRACE", help="a phasewatch trace or a raw CSV")
+    add_detector_arguments(parser)
+    parser.add_argument("--labels", metavar="FILE",
+                        help="ground-truth phase labels, one per interval, as a JSON list")
+    parser.add_argument("--base-mhz", type=float, metavar="MHZ",
+                        help="base frequency for a CSV trace (default: its TSC rate)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def detector_params(args) -> DetectorParams:
+    if not 0.0 < args.threshold <= 1.0:
+        raise UserError(f"--threshold {args.threshold}: give a distance in (0, 1]")
+    return DetectorParams(detector=args.detector, threshold=args.threshold, adaptive=args.adaptive)
+
+
+def interval_params(args, default: IntervalParams, signals, warn) -> IntervalParams:
+    if args.interval_ms is not None:
+        if args.interval_ms <= 0:
+            raise UserError(f"--interval-ms {args.interval_ms}: give a positive duration")
+        return IntervalParams(kind="time", ns=int(args.interval_ms * 1e6))
+    chosen = default
+    if args.interval_instructions is not None:
+        if args.interval_instructions <= 0:
+            raise UserError(f"--interval-instructions {args.interval_instructions}: "
+                            f"give a positive count")
+        chosen = IntervalParams(kind="instructions", instructions=args.interval_instructions)
+    if chosen.kind == "instructions" and "instructions" not in signals:
+        warn("the samples have no instruction counts: ending intervals every "
+             f"{chosen.ns / 1e6:g} ms instead (set it with --interval-ms)")
+        chosen = replace(chosen, kind="time")
+    return chosen
+
+
+def read_labels(path: str) -> list:
+    try:
+        with open(path) as f:
+            labels = json.load(f)
+    except OSError as exc:
+        raise UserError(f"cannot read labels {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise UserError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(labels, list):
+        raise UserError(f"{path}: labels must be a JSON list, one label per interval")
+    return labels
+
+
+def warn(msg: str) -> None:
+    print(f"phasewatch: warning: {msg}", file=sys.stderr)
 
 
 def run(args) -> int:
-    raise UserError("'replay' is not available in this build yet")
+    labels = read_labels(args.labels) if args.labels else None
+    source = open_trace(args.trace, base_mhz=args.base_mhz, warn=warn)
+    meta = source.metadata
+    signals = tuple(meta.get("signals") or source.signals)
+    detectors.check_signals(args.detector, signals)
+    params = Params(interval=interval_params(args, md.interval_params(meta), signals, warn),
+                    histograms=md.histogram_params(meta), detector=detector_params(args))
+    model = md.cpu_model(meta)
+    pipeline = Pipeline(params, base_mhz=meta.get("base_freq_mhz") or 0.0,
+                        voltage_from_perf_status=model.voltage_source == "perf_status")
+    summary = PhaseSummary(keep_phases=labels is not None)
+    sinks = [summary]
+    out = open_output(args.output)
+    if out:
+        sinks.append(JsonLinesSink(out))
+    try:
+        for batch in source.batches():
+            intervals = pipeline.feed(batch)
+            for sink in sinks:
+                sink.write(intervals)
+        summary.write(pipeline.finish())
+    finally:
+        for sink in sinks:
+            sink.close()
+        if out:
+            out.close()
+        source.close()
+    report(args, summary, pipeline, labels)
+    return 0
+
+
+def open_output(path: str | None):
+    if not path:
+        return None
+    try:
+        return open(path, "w", buffering=1 << 20)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def report(args, summary: PhaseSummary, pipeline: Pipeline, labels) -> None:
+    ari = None
+    if labels is not None:
+        predicted = summary.phase_labels()
+        if len(labels) != len(predicted):
+            raise UserError(f"{args.labels}: {len(labels)} labels, but the replay found "
+                            f"{len(predicted)} complete intervals")
+        ari = adjusted_rand_index([str(x) for x in labels], predicted)
+    if args.json:
+        print(json.dumps(_finite(summary_dict(summary, pipeline, ari)), indent=2))
+        return
+    out = console()
+    p = pipeline.params
+    thr = f"{pipeline.threshold:.3f}" + (" (adaptive)" if p.detector.adaptive else "")
+    out.print(f"{args.trace}: {pipeline.samples:,} samples, {summary.n_intervals} intervals "
+              f"{p.interval.describe()}, detector {p.detector.detector}, threshold {thr}")
+    out.print(phase_table(summary))
+    for line in summary_lines(summary, pipeline.dropped()):
+        out.print(line)
+    if ari is not None:
+        out.print(f"adjusted Rand index against {args.labels}: {ari:.4f}")
+
+
+def summary_dict(summary: PhaseSummary, pipeline: Pipeline, ari) -> dict:
+    tail = summary.partial
+    return {
+        "samples": pipeline.samples,
+        "intervals": summary.n_intervals,
+        "phases": summary.table(),
+        "quality_cpi_cov": summary.quality(),
+        "run_cpi_cov": summary.run_cov(),
+        "threshold": pipeline.threshold,
+        "dropped_deltas": pipeline.dropped(),
+        "partial_interval": None if tail is None else {
+            "samples": int(tail.samples[0]), "instructions": int(tail.instructions[0])},
+        "ari": ari,
+    }
+
+
+def _finite(value):
+    """NaN becomes null, as JSON has no NaN."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value

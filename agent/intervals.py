@@ -64,10 +64,6 @@ class IntervalBlock:
     def __len__(self) -> int:
         return len(self.t_end_ns)
 
-    @property
-    def present(self) -> np.ndarray:
-        return self.segment_samples > 0
-
 
 def normalise(block: IntervalBlock, layout: Layout) -> None:
     for s in range(len(SEGMENTS)):

@@ -90,7 +90,7 @@ class Pipeline:
         return self.decoder.dropped()
 
     def _classify(self, block: IntervalBlock) -> Intervals:
-        phase, dist, new = classify(block.profiles, block.present, self.layout.bounds,
+        phase, dist, new = classify(block.profiles, block.segment_samples, self.layout.bounds,
                                     SEGMENT_KINDS, self.used, self.classifier)
         return self._intervals(block, phase, dist, new)
 
