@@ -1,11 +1,75 @@
-"""`phasewatch probe` (being built)."""
+"""`phasewatch probe`: which signals this host offers, from where, and why not."""
 
-from .errors import UserError
+from __future__ import annotations
+
+import json
+import sys
+
+from .collectors import msr
+from .collectors.probe import probe
 
 
 def add_arguments(parser):
-    parser.add_argument("rest", nargs="*")
+    parser.add_argument("--json", action="store_true",
+                        help="print the facts as one JSON object")
+    parser.add_argument("--msr-path", default=msr.DEFAULT_PATH, metavar="TEMPLATE",
+                        help="MSR device path, {cpu} replaced by the CPU number "
+                             f"(default {msr.DEFAULT_PATH})")
+    parser.add_argument("--cpu", type=int, default=0, help="CPU to probe (default 0)")
 
 
 def run(args) -> int:
-    raise UserError("'probe' is not available in this build yet")
+    result = probe(cpu=args.cpu, msr_path=args.msr_path)
+    if args.json:
+        json.dump(result, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    elif sys.stdout.isatty():
+        print_rich(result)
+    else:
+        print_plain(result)
+    return 0
+
+
+def describe_host(host: dict) -> str:
+    base = host["base_frequency_hz"]
+    base_text = f"{base / 1e6:.0f} MHz ({host['base_frequency_from']})" if base else "unknown"
+    return (f"{host['model_name'] or host['vendor']} — model table: {host['cpu_model']}"
+            f"{' (virtual machine)' if host['virtual'] else ''}; base frequency {base_text}; "
+            f"perf_event_paranoid={host['perf_event_paranoid']}")
+
+
+def format_value(row: dict) -> str:
+    value = row["value"]
+    if value is None:
+        return ""
+    if row["key"] == "voltage":
+        return f"{value:.4f} V"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return f"{value} {row['unit'] or ''}".strip()
+
+
+def print_plain(result: dict) -> None:
+    print(describe_host(result["host"]))
+    for row in result["signals"]:
+        if row["available"]:
+            detail = f"{row['source']}, {row['rate']}"
+            value = format_value(row)
+            print(f"  yes  {row['signal']:<36} {detail}{'; ' + value if value else ''}")
+        else:
+            print(f"  no   {row['signal']:<36} {row['reason']}")
+
+
+def print_rich(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=describe_host(result["host"]), title_justify="left")
+    for column in ("signal", "available", "source / reason", "rate", "value"):
+        table.add_column(column)
+    for row in result["signals"]:
+        ok = row["available"]
+        table.add_row(row["signal"], "[green]yes[/]" if ok else "[red]no[/]",
+                      row["source"] if ok else row["reason"], row["rate"] or "",
+                      format_value(row))
+    Console().print(table)

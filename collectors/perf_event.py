@@ -1,0 +1,238 @@
+"""perf_event_open(2) from Python: attributes, counters and ring buffers.
+
+The python-perf bindings that Debian ships (``import perf``) can sample, but
+they neither read counters nor expose the group values of a
+``PERF_SAMPLE_READ`` sample, and they build one Python object per sample.
+This module opens events with the system call itself (ctypes), reads counter
+groups with one ``read(2)``, and decodes a ring buffer's samples straight
+into numpy columns.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import mmap
+import os
+import platform
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+# include/uapi/linux/perf_event.h
+TYPE_HARDWARE, TYPE_SOFTWARE, TYPE_TRACEPOINT, TYPE_HW_CACHE, TYPE_RAW = 0, 1, 2, 3, 4
+HW_CPU_CYCLES, HW_INSTRUCTIONS = 0, 1
+SW_CPU_CLOCK, SW_TASK_CLOCK = 0, 1
+
+SAMPLE_IP, SAMPLE_TID, SAMPLE_TIME, SAMPLE_READ = 1 << 0, 1 << 1, 1 << 2, 1 << 4
+SAMPLE_CPU, SAMPLE_PERIOD = 1 << 7, 1 << 8
+FORMAT_GROUP = 1 << 3
+
+RECORD_LOST, RECORD_THROTTLE, RECORD_UNTHROTTLE, RECORD_SAMPLE = 2, 5, 6, 9
+
+FLAG_FD_CLOEXEC = 1 << 3
+IOC_ENABLE, IOC_DISABLE = 0x2400, 0x2401
+IOC_SET_OUTPUT = 0x2405
+
+CLOCK_MONOTONIC = 1
+
+_NR_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241, "i686": 336, "riscv64": 241}
+
+_BITS = {
+    "disabled": 0, "inherit": 1, "pinned": 2, "exclusive": 3, "exclude_user": 4,
+    "exclude_kernel": 5, "exclude_hv": 6, "exclude_idle": 7, "mmap": 8, "comm": 9,
+    "freq": 10, "inherit_stat": 11, "enable_on_exec": 12, "task": 13, "watermark": 14,
+    "sample_id_all": 18, "use_clockid": 25,
+}
+
+# perf_event_attr up to sig_data (PERF_ATTR_SIZE_VER7); kernels older than the
+# layout accept it as long as the fields they do not know are zero.
+_ATTR = struct.Struct("<IIQQQQQIIQQQQIiQIHHIIQ")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+@dataclass
+class Attr:
+    """The fields of ``struct perf_event_attr`` that phasewatch sets."""
+
+    type: int
+    config: int
+    sample_period: int = 0
+    sample_type: int = 0
+    read_format: int = 0
+    wakeup_events: int = 0
+    config1: int = 0
+    flags: set[str] = field(default_factory=set)
+
+    def pack(self) -> bytes:
+        bits = 0
+        for name in self.flags:
+            bits |= 1 << _BITS[name]
+        clockid = CLOCK_MONOTONIC if "use_clockid" in self.flags else 0
+        return _ATTR.pack(self.type, _ATTR.size, self.config, self.sample_period,
+                          self.sample_type, self.read_format, bits,
+                          self.wakeup_events, 0, self.config1, 0, 0, 0, 0, clockid,
+                          0, 0, 0, 0, 0, 0, 0)
+
+
+def perf_event_open(attr: Attr, pid: int, cpu: int, group_fd: int = -1) -> int:
+    """The new event's file descriptor; OSError with the kernel's errno otherwise."""
+    nr = _NR_PERF_EVENT_OPEN.get(platform.machine())
+    if nr is None:
+        raise OSError(errno.ENOSYS, f"perf_event_open: unknown machine {platform.machine()}")
+    buf = ctypes.create_string_buffer(attr.pack())
+    fd = _libc.syscall(ctypes.c_long(nr), buf, ctypes.c_long(pid), ctypes.c_long(cpu),
+                       ctypes.c_long(group_fd), ctypes.c_long(FLAG_FD_CLOEXEC))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return fd
+
+
+def enable(fd: int) -> None:
+    fcntl.ioctl(fd, IOC_ENABLE, 0)
+
+
+def disable(fd: int) -> None:
+    fcntl.ioctl(fd, IOC_DISABLE, 0)
+
+
+def set_output(fd: int, target_fd: int) -> None:
+    """Send ``fd``'s records to ``target_fd``'s ring buffer (same CPU)."""
+    fcntl.ioctl(fd, IOC_SET_OUTPUT, target_fd)
+
+
+def read_group(fd: int, n: int) -> np.ndarray:
+    """The ``n`` values of a FORMAT_GROUP leader, as one read(2)."""
+    raw = os.read(fd, 8 * (n + 1))
+    return np.frombuffer(raw, "<u8", count=n, offset=8)
+
+
+def read_counter(fd: int) -> int:
+    return int.from_bytes(os.read(fd, 8), "little")
+
+
+def paranoid(root: str = "/proc") -> int | None:
+    try:
+        return int(Path(root, "sys/kernel/perf_event_paranoid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# --- PMUs listed in sysfs --------------------------------------------------
+
+def pmu_type(name: str, root: str = "/sys") -> int | None:
+    """The perf type number of a dynamic PMU (``msr``, ``power``), if exposed."""
+    try:
+        return int(Path(root, "bus/event_source/devices", name, "type").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def pmu_events(name: str, root: str = "/sys") -> dict[str, int]:
+    """``event=0xNN`` configs of a PMU's named events (``tsc``, ``aperf``...)."""
+    events = {}
+    directory = Path(root, "bus/event_source/devices", name, "events")
+    try:
+        entries = sorted(directory.iterdir())
+    except OSError:
+        return events
+    for entry in entries:
+        if "." in entry.name:      # .scale, .unit companions
+            continue
+        try:
+            terms = dict(t.split("=", 1) for t in entry.read_text().strip().split(","))
+            events[entry.name] = int(terms["event"], 0)
+        except (OSError, ValueError, KeyError):
+            continue
+    return events
+
+
+# --- Ring buffers ----------------------------------------------------------
+
+def sample_dtype(sample_type: int, n_read: int = 0) -> np.dtype:
+    """The layout of a PERF_RECORD_SAMPLE for the sample types we use."""
+    fields = [("type", "<u4"), ("misc", "<u2"), ("size", "<u2")]
+    if sample_type & SAMPLE_IP:
+        fields.append(("ip", "<u8"))
+    if sample_type & SAMPLE_TID:
+        fields += [("pid", "<u4"), ("tid", "<u4")]
+    if sample_type & SAMPLE_TIME:
+        fields.append(("time", "<u8"))
+    if sample_type & SAMPLE_CPU:
+        fields += [("cpu", "<u4"), ("res", "<u4")]
+    if sample_type & SAMPLE_PERIOD:
+        fields.append(("period", "<u8"))
+    if sample_type & SAMPLE_READ:
+        fields += [("nr", "<u8"), ("values", "<u8", (n_read,))]
+    return np.dtype(fields)
+
+
+class RingBuffer:
+    """One mmap'ed perf ring buffer; ``drain()`` returns its new samples as a
+    structured numpy array and counts lost and throttle records."""
+
+    def __init__(self, fd: int, pages: int, dtype: np.dtype):
+        self.fd = fd
+        self.dtype = dtype
+        self.page = mmap.PAGESIZE
+        self._map = mmap.mmap(fd, (1 + pages) * self.page, mmap.MAP_SHARED,
+                              mmap.PROT_READ | mmap.PROT_WRITE)
+        self._meta = np.frombuffer(self._map, "<u8", count=self.page // 8)
+        self._data = np.frombuffer(self._map, np.uint8, offset=self.page)
+        self.size = pages * self.page
+        self.lost = 0
+        self.throttled = 0
+
+    def drain(self) -> np.ndarray:
+        head = int(self._meta[128])        # data_head, offset 1024
+        tail = int(self._meta[129])        # data_tail, offset 1032
+        if head == tail:
+            return np.empty(0, self.dtype)
+        start, stop = tail % self.size, head % self.size
+        if start < stop:
+            raw = self._data[start:stop].copy()
+        else:
+            raw = np.concatenate((self._data[start:], self._data[:stop]))
+        self._meta[129] = head             # hand the space back to the kernel
+        return self._samples(raw)
+
+    def _samples(self, raw: np.ndarray) -> np.ndarray:
+        width = self.dtype.itemsize
+        if len(raw) % width == 0:
+            recs = raw.view(self.dtype)
+            if np.all(recs["type"] == RECORD_SAMPLE) and np.all(recs["size"] == width):
+                return recs
+        return self._walk(raw)
+
+    def _walk(self, raw: np.ndarray) -> np.ndarray:
+        """Slow path: other records are interleaved with the samples."""
+        width = self.dtype.itemsize
+        offsets = []
+        pos, end = 0, len(raw)
+        buf = raw.tobytes()
+        while pos + 8 <= end:
+            rtype, _misc, size = struct.unpack_from("<IHH", buf, pos)
+            if size == 0:
+                break
+            if rtype == RECORD_SAMPLE and size == width:
+                offsets.append(pos)
+            elif rtype == RECORD_LOST:
+                self.lost += struct.unpack_from("<Q", buf, pos + 16)[0]
+            elif rtype == RECORD_THROTTLE:
+                self.throttled += 1
+            pos += size
+        out = np.empty(len(offsets), self.dtype)
+        view = out.view(np.uint8).reshape(len(offsets), width)
+        for i, off in enumerate(offsets):
+            view[i] = raw[off:off + width]
+        return out
+
+    def close(self) -> None:
+        del self._meta, self._data
+        self._map.close()

@@ -1,0 +1,173 @@
+"""MSR reading against sparse files standing in for /dev/cpu/N/msr.
+
+In a file, an 8-byte value at offset A overlaps the values at A+1..A+7, so
+adjacent registers (MPERF 0xE7 / APERF 0xE8, C3-C7 0x3FC-0x3FE) share bytes;
+the real device has no such overlap.  Tests that need exact values for every
+column read the non-adjacent ones, or compare with the file's bytes.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+
+import numpy as np
+import pytest
+
+from phasewatch.batch import MISSING
+from phasewatch.collectors import msr
+from phasewatch.errors import MissingDevice, MissingPrivilege
+
+SPARSE = ("perf_status", "aperf", "pperf", "tsc", "c7")   # no two overlap
+
+
+def write_msrs(path, values: dict[str, int]) -> None:
+    """Write registers by column name at offset = MSR address, lowest address first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "r+b" if path.exists() else "w+b") as f:
+        f.truncate(0x1000)
+        for name in sorted(values, key=msr.REGISTERS.get):
+            f.seek(msr.REGISTERS[name])
+            f.write(struct.pack("<Q", values[name]))
+
+
+def file_value(path, name: str) -> int:
+    with open(path, "rb") as f:
+        f.seek(msr.REGISTERS[name])
+        return struct.unpack("<Q", f.read(8))[0]
+
+
+@pytest.fixture
+def msrdir(tmp_path):
+    return tmp_path
+
+
+def template(root) -> str:
+    return str(root / "cpu{cpu}" / "msr")
+
+
+def test_voltage_decodes_bits_47_32():
+    raw = (8192 << 32) | 0x1F00                 # 1.0 V, ratio bits set below
+    assert msr.voltage_volts(raw) == pytest.approx(1.0)
+    assert msr.voltage_volts(0x400000003E8) == pytest.approx(0x400 / 8192)   # QEMU's fake
+    assert msr.voltage_volts((0xFFFF << 48) | (9830 << 32)) == pytest.approx(9830 / 8192)
+
+
+def test_reads_values_written_at_their_addresses(msrdir):
+    for cpu in (0, 1):
+        write_msrs(msrdir / f"cpu{cpu}" / "msr",
+                   {"perf_status": (9011 << 32), "aperf": 10**12 + cpu, "pperf": 7 * 10**11,
+                    "tsc": 2**40 + cpu, "c7": 12345})
+    reader = msr.MsrReader([0, 1], SPARSE, template(msrdir))
+    out = np.zeros((2, len(SPARSE)), np.uint64)
+    reader.read(out)
+    assert out[:, 0].tolist() == [9011 << 32] * 2
+    assert out[:, 1].tolist() == [10**12, 10**12 + 1]
+    assert out[:, 3].tolist() == [2**40, 2**40 + 1]
+    assert reader.stats() == {"msr_read_errors": 0, "msr_cpus_lost": 0}
+
+
+def test_adjacent_registers_read_what_the_file_holds(msrdir):
+    path = msrdir / "cpu0" / "msr"
+    write_msrs(path, {"mperf": 0x1111111111111111, "aperf": 0x2222222222222222})
+    reader = msr.MsrReader([0], ("mperf", "aperf"), template(msrdir))
+    out = np.zeros((1, 2), np.uint64)
+    reader.read(out)
+    assert out[0].tolist() == [file_value(path, "mperf"), 0x2222222222222222]
+    assert int(out[0, 0]) & 0xFF == 0x11
+
+
+def test_device_is_opened_read_only(msrdir, monkeypatch):
+    write_msrs(msrdir / "cpu0" / "msr", {"tsc": 1})
+    flags = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda p, f, *a: flags.append(f) or real_open(p, f, *a))
+    msr.MsrReader([0], ("tsc",), template(msrdir)).close()
+    assert flags and all(f & (os.O_WRONLY | os.O_RDWR) == 0 for f in flags)
+
+
+def test_missing_device_names_module(tmp_path):
+    with pytest.raises(MissingDevice, match=r"no .*cpu0/msr: load the msr module \(modprobe msr\)"):
+        msr.MsrReader([0], ("tsc",), template(tmp_path))
+
+
+def test_unreadable_device_names_capability():
+    """A device only root may open: checked as user nobody (root opens anything)."""
+    import subprocess
+    import sys
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        os.chmod(d, 0o755)
+        root = __import__("pathlib").Path(d)
+        write_msrs(root / "cpu0" / "msr", {"tsc": 1})
+        (root / "cpu0").chmod(0o755)
+        (root / "cpu0" / "msr").chmod(0o600)
+        code = ("from phasewatch.collectors import msr\n"
+                f"msr.MsrReader([0], ('tsc',), {template(root)!r})")
+        user = {"preexec_fn": lambda: os.setuid(65534)} if os.geteuid() == 0 else {}
+        if os.geteuid() != 0 and os.access(root / "cpu0" / "msr", os.R_OK):
+            (root / "cpu0" / "msr").chmod(0)
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, **user)
+    assert proc.returncode != 0
+    assert "MissingPrivilege" in proc.stderr and "CAP_SYS_RAWIO" in proc.stderr
+
+
+def test_eio_from_a_real_file_stores_missing_and_counts(msrdir):
+    """/proc/self/mem answers EIO for unmapped addresses, and the MSR
+    addresses (0x10..0x64E) are never mapped: a real EIO for every register
+    of CPU 1, while CPU 0 reads normally."""
+    write_msrs(msrdir / "cpu0" / "msr", {"tsc": 99, "aperf": 5})
+    (msrdir / "cpu1").mkdir()
+    (msrdir / "cpu1" / "msr").symlink_to("/proc/self/mem")
+    reader = msr.MsrReader([0, 1], ("tsc", "aperf"), template(msrdir))
+    out = np.zeros((2, 2), np.uint64)
+    reader.read(out)
+    assert out[0].tolist() == [99, 5]
+    assert out[1].tolist() == [MISSING, MISSING]
+    assert reader.read_errors == 2
+    assert reader.lost_cpus == []
+
+
+def test_cpu_going_offline_is_dropped_and_the_rest_read_on(msrdir):
+    for cpu in (0, 1):
+        write_msrs(msrdir / f"cpu{cpu}" / "msr", {"tsc": 100 + cpu})
+    offline = set()
+
+    def pread(fd, n, offset):          # the msr driver answers ENXIO for an offline CPU
+        if fd in offline:
+            raise OSError(errno.ENXIO, os.strerror(errno.ENXIO))
+        return os.pread(fd, n, offset)
+
+    reader = msr.MsrReader([0, 1], ("tsc",), template(msrdir), pread=pread)
+    out = np.zeros((2, 1), np.uint64)
+    reader.read(out)
+    assert out[:, 0].tolist() == [100, 101]
+    (msrdir / "cpu1" / "msr").unlink()
+    offline.add(reader._fds[1])
+    reader.read(out)
+    assert out[:, 0].tolist() == [100, MISSING]
+    assert reader.lost_cpus == [1]
+    write_msrs(msrdir / "cpu0" / "msr", {"tsc": 200})
+    reader.read(out)
+    assert out[:, 0].tolist() == [200, MISSING]
+    assert reader.stats() == {"msr_read_errors": 0, "msr_cpus_lost": 1}
+
+
+def test_msr_safe_batch_layout_matches_the_header():
+    # struct msr_batch_op is 32 bytes with msrdata at 16; the ioctl is _IOWR('c', 0xA2, 16 bytes)
+    import ctypes
+    assert ctypes.sizeof(msr._BatchOp) == 32
+    assert msr._BatchOp.msrdata.offset == 16 and msr._BatchOp.err.offset == 4
+    assert ctypes.sizeof(msr._BatchArray) == 16
+    assert msr.X86_IOC_MSR_BATCH == 0xC01063A2
+
+
+@pytest.mark.skipif(not msr.msr_safe_present(), reason="msr-safe is not installed here")
+def test_msr_safe_batch_reads_tsc():
+    reader = msr.MsrSafeBatchReader([0], ("tsc",))
+    out = np.zeros((1, 1), np.uint64)
+    reader.read(out)
+    first = int(out[0, 0])
+    reader.read(out)
+    assert int(out[0, 0]) > first
