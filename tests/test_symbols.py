@@ -1,0 +1,250 @@
+"""Symbolising real instruction pointers of real processes (phasewatch.symbols)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from phasewatch.child import Child
+from phasewatch.symbols import (KERNEL, UNKNOWN, Mapping, Symbolizer, load_symbols, parse_maps,
+                                read_maps, runtime_text_range, text_range)
+
+
+class RunningAbab:
+    """abab started with --print-addrs: the run-time addresses it reports of
+    its own functions are the oracle the symbolizer is checked against."""
+
+    def __init__(self, abab: Path, *args: str):
+        self.process = subprocess.Popen([abab, *args, "--print-addrs"], stdout=subprocess.PIPE,
+                                        text=True)
+        self.addrs = {}
+        for _ in range(3):
+            name, addr = self.process.stdout.readline().split()
+            self.addrs[name] = int(addr, 16)
+        self.pid = self.process.pid
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.process.kill()
+        self.process.wait()
+
+
+def nm_addresses(path: Path) -> dict[str, int]:
+    """File vaddrs of the text symbols of ``path``, from binutils' nm."""
+    out = subprocess.run(["nm", "--defined-only", path], capture_output=True, text=True,
+                         check=True).stdout
+    return {name: int(addr, 16) for addr, kind, name in (line.split() for line in out.splitlines())
+            if kind in "Tt"}
+
+
+def readelf_text(path: Path) -> tuple[int, int]:
+    """(lo, hi) of .text from binutils' readelf."""
+    out = subprocess.run(["readelf", "-SW", path], capture_output=True, text=True,
+                         check=True).stdout
+    for line in out.splitlines():
+        fields = line.replace("[ ", "[").split()
+        if len(fields) > 5 and fields[1] == ".text":
+            addr, size = int(fields[3], 16), int(fields[5], 16)
+            return addr, addr + size
+    raise AssertionError("no .text in readelf output")
+
+
+# ---------------------------------------------------------------------------
+# the PIE test program
+
+
+def test_pie_functions_resolve_at_their_run_time_addresses(abab):
+    with RunningAbab(abab, "5") as run:
+        symbolizer = Symbolizer.from_pid(run.pid)
+        a, b, main = run.addrs["region_a"], run.addrs["region_b"], run.addrs["main"]
+        assert a != nm_addresses(abab)["region_a"]  # relocated: a PIE really has a load bias
+        ips = np.array([a, a + 1, a + 0x40, b, b + 0x20, main + 2], dtype=np.uint64)
+        assert list(symbolizer.names(ips)) == [
+            "region_a", "region_a", "region_a", "region_b", "region_b", "main"]
+
+
+def test_address_in_no_function_names_the_object_and_file_vaddr(abab):
+    file_vaddrs = nm_addresses(abab)
+    with RunningAbab(abab, "5") as run:
+        bias = run.addrs["region_a"] - file_vaddrs["region_a"]
+        symbolizer = Symbolizer.from_pid(run.pid)
+        # region_a is a few hundred bytes; the page-aligned padding function follows it.
+        gap = file_vaddrs["abab_padding"] - 8
+        assert symbolizer.names([gap + bias])[0] == f"[abab+0x{gap:x}]"
+        assert symbolizer.names([gap + bias], offsets=False)[0] == "[abab]"
+
+
+def test_text_range_matches_readelf_in_the_file_and_at_run_time(abab):
+    lo, hi = text_range(abab)
+    assert (lo, hi) == readelf_text(abab)
+    with RunningAbab(abab, "5") as run:
+        bias = run.addrs["region_a"] - nm_addresses(abab)["region_a"]
+        assert runtime_text_range(run.pid) == (lo + bias, hi + bias)
+        run_lo, run_hi = runtime_text_range(run.pid)
+        assert run_lo <= run.addrs["region_a"] < run.addrs["region_b"] < run_hi
+
+
+def test_shared_object_function_in_the_program_resolves(abab):
+    """A libc function inside abab's address space: its address comes from
+    the dynamic loader of this process plus where abab mapped the same libc."""
+    libc = ctypes.CDLL("libc.so.6")
+    here = ctypes.cast(libc.qsort, ctypes.c_void_p).value
+    mine = libc_text_mapping(os.getpid())
+    with RunningAbab(abab, "5") as run:
+        theirs = libc_text_mapping(run.pid)
+        assert theirs.inode == mine.inode and theirs.offset == mine.offset
+        ip = here - mine.start + theirs.start + 5
+        assert Symbolizer.from_pid(run.pid).names([ip])[0] == "qsort"
+
+
+def libc_text_mapping(pid: int) -> Mapping:
+    return next(m for m in read_maps(pid) if os.path.basename(m.path).startswith("libc.so"))
+
+
+# ---------------------------------------------------------------------------
+# this very process: the loader (dlsym) is the oracle
+
+
+def test_libc_and_interpreter_functions_of_this_process():
+    libc = ctypes.CDLL("libc.so.6")
+    expected = {
+        "qsort": ctypes.cast(libc.qsort, ctypes.c_void_p).value,
+        "PyObject_Call": ctypes.cast(ctypes.pythonapi.PyObject_Call, ctypes.c_void_p).value,
+        "PyList_Append": ctypes.cast(ctypes.pythonapi.PyList_Append, ctypes.c_void_p).value,
+    }
+    names = Symbolizer.from_pid(os.getpid()).names(
+        np.array([addr + 1 for addr in expected.values()], dtype=np.uint64))
+    assert list(names) == list(expected)
+
+
+def test_special_and_unmapped_addresses():
+    symbolizer = Symbolizer.from_pid(os.getpid())
+    vdso = next(m for m in symbolizer.mappings if m.path == "[vdso]")
+    ips = np.array([0, 0x1000, 0xFFFF_FFFF_8100_0000, vdso.start + 16], dtype=np.uint64)
+    assert list(symbolizer.names(ips)) == [UNKNOWN, UNKNOWN, KERNEL, "[vdso]"]
+
+
+def test_names_keep_the_shape_and_accept_empty_input(abab):
+    with RunningAbab(abab, "5") as run:
+        symbolizer = Symbolizer.from_pid(run.pid)
+        grid = np.array([[run.addrs["region_a"], run.addrs["region_b"]]] * 3, dtype=np.uint64)
+        names = symbolizer.names(grid)
+        assert names.shape == (3, 2) and set(names[:, 0]) == {"region_a"}
+        assert symbolizer.names(np.array([], dtype=np.uint64)).shape == (0,)
+        assert symbolizer.top_functions(np.array([], dtype=np.uint64)) == []
+
+
+def test_top_functions_counts_shares(abab):
+    with RunningAbab(abab, "5") as run:
+        symbolizer = Symbolizer.from_pid(run.pid)
+        a, b = run.addrs["region_a"], run.addrs["region_b"]
+        # 6 IPs in region_a spread over 3 addresses, 3 in region_b, 1 unknown
+        ips = np.array([a, a + 4, a + 8, a, a + 4, a + 8, b, b + 1, b + 2, 0], dtype=np.uint64)
+        assert symbolizer.top_functions(ips, k=5) == [
+            ("region_a", 0.6), ("region_b", 0.3), (UNKNOWN, 0.1)]
+        assert symbolizer.top_functions(ips, k=1) == [("region_a", 0.6)]
+
+
+# ---------------------------------------------------------------------------
+# maps snapshots
+
+
+def test_names_still_resolve_after_the_process_has_exited(abab):
+    with RunningAbab(abab, "0") as run:
+        symbolizer = Symbolizer.from_pid(run.pid)
+        run.process.wait()
+        assert not symbolizer.snapshot()  # gone: what was known is kept
+        assert symbolizer.names([run.addrs["region_b"]])[0] == "region_b"
+
+
+def test_snapshot_from_before_exec_to_after_loading(abab):
+    child = Child.start([abab, "5"], pin=False)
+    try:
+        symbolizer = Symbolizer.from_pid(child.pid)  # still the forked interpreter
+        child.release()
+        assert symbolizer.snapshot()
+        paths = {m.path for m in symbolizer.mappings}
+        assert str(abab) in paths
+        assert symbolizer.text_range()[0] > 0
+    finally:
+        child.stop()
+
+
+def test_merging_replaces_only_overlapping_mappings():
+    old = parse_maps(
+        "1000-2000 r-xp 00000000 08:01 11 /lib/old.so\n"
+        "5000-6000 r-xp 00001000 08:01 12 /lib/kept.so\n"
+        "7000-8000 rw-p 00000000 08:01 13 /lib/data-only.so\n")
+    assert [m.path for m in old] == ["/lib/old.so", "/lib/kept.so"]
+    symbolizer = Symbolizer()
+    assert symbolizer.add_mappings(old)
+    assert not symbolizer.add_mappings(old)
+    new = parse_maps("1800-3000 r-xp 00000000 08:01 14 /lib/new.so\n")
+    assert symbolizer.add_mappings(new)
+    assert [m.path for m in symbolizer.mappings] == ["/lib/new.so", "/lib/kept.so"]
+
+
+def test_symbols_are_read_once_per_file(abab):
+    assert load_symbols(str(abab)) is load_symbols(str(abab))
+    assert load_symbols(str(abab), inode=os.stat(abab).st_ino + 1) is None
+
+
+# ---------------------------------------------------------------------------
+# real samples
+
+
+def sample_ips(argv, period_ns: int = 1_000_000) -> np.ndarray:
+    """IPs of cpu-clock samples of ``argv``, in time order, attached before exec."""
+    perf = pytest.importorskip("perf")
+    child = Child.start(argv)
+    try:
+        cpus, threads = perf.cpu_map(), perf.thread_map(child.pid)
+        evsel = perf.evsel(type=perf.TYPE_SOFTWARE, config=perf.COUNT_SW_CPU_CLOCK, freq=0,
+                           sample_period=period_ns, wakeup_events=64, disabled=1,
+                           enable_on_exec=1, inherit=1,
+                           sample_type=perf.SAMPLE_IP | perf.SAMPLE_TIME | perf.SAMPLE_TID)
+        try:
+            evsel.open(cpus=cpus, threads=threads)
+        except OSError as exc:
+            pytest.skip(f"cannot open a cpu-clock sampling event here: {exc}")
+        evlist = perf.evlist(cpus, threads)
+        evlist.add(evsel)
+        evlist.mmap()
+        child.release()
+        symbolizer = Symbolizer.from_pid(child.pid)
+        times, ips = [], []
+        while child.poll() is None:
+            evlist.poll(timeout=100)
+            drain(perf, evlist, cpus, times, ips)
+            symbolizer.snapshot()
+        drain(perf, evlist, cpus, times, ips)
+    finally:
+        child.stop()
+    order = np.argsort(np.array(times))
+    return symbolizer, np.array(ips, dtype=np.uint64)[order]
+
+
+def drain(perf, evlist, cpus, times, ips):
+    for cpu in cpus:
+        while (event := evlist.read_on_cpu(cpu)) is not None:
+            if isinstance(event, perf.sample_event):
+                times.append(event.sample_time)
+                ips.append(event.sample_ip)
+
+
+def test_sampled_ips_of_abab_name_its_phases(abab):
+    symbolizer, ips = sample_ips([abab, "0.6"])
+    assert len(ips) > 1000  # 1.8 s of CPU at 1 kHz
+    first, middle, last = np.array_split(ips, 3)
+    assert symbolizer.top_functions(first, k=1)[0][0] == "region_a"
+    assert symbolizer.top_functions(middle, k=1)[0][0] == "region_b"
+    assert symbolizer.top_functions(last, k=1)[0][0] == "region_a"
+    top_share = dict(symbolizer.top_functions(ips, k=10))
+    assert top_share["region_a"] > 0.5 and top_share["region_b"] > 0.2
