@@ -1,0 +1,116 @@
+"""The live status line shown while ``phasewatch run`` watches a command.
+
+One line, redrawn a few times a second by rich's ``Live`` from its own thread:
+elapsed time, intervals, current phase, number of phases, dropped samples.
+Any thread may call ``update(**fields)``.
+
+The line is written to **stderr**, so that stdout carries only results (the
+final table, or ``--json``) and can be piped.  It is shown only when both
+stdout and stderr are terminals and ``TERM`` is not ``dumb``; otherwise the
+status line writes nothing at all.  It is transient: stopping erases it, so the
+final output starts on a clean line.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import IO
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+#: The fields ``update`` accepts, with their values before the first update.
+FIELDS = {"intervals": 0, "phase": None, "phases": 0, "dropped": 0}
+
+
+def status_wanted(stdout: IO | None = None, console: Console | None = None) -> bool:
+    """Whether a live line belongs on this terminal: stdout and the line's own
+    output are terminals, and the terminal is not a dumb one (rich reads
+    ``TERM=dumb`` or ``unknown`` as that)."""
+    stdout = sys.stdout if stdout is None else stdout
+    console = Console(stderr=True) if console is None else console
+    return _isatty(stdout) and console.is_terminal and not console.is_dumb_terminal
+
+
+def _isatty(stream: IO | None) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError):  # detached or closed
+        return False
+
+
+def format_elapsed(seconds: float) -> str:
+    """``7.25`` -> ``"7.2 s"``, ``125`` -> ``"2:05"``, ``3725`` -> ``"1:02:05"``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+class StatusLine:
+    """The live line; use as a context manager, or ``start()`` / ``stop()``.
+
+    ``label`` leads the line (e.g. the command's name).  ``enabled`` forces the
+    line on or off; by default it follows ``status_wanted``."""
+
+    def __init__(self, label: str = "phasewatch", *, console: Console | None = None,
+                 enabled: bool | None = None, refresh_per_second: float = 4):
+        self.label = label
+        self.console = Console(stderr=True) if console is None else console
+        self.enabled = status_wanted(console=self.console) if enabled is None else enabled
+        self._fields = dict(FIELDS)
+        self._lock = threading.Lock()
+        self._started = time.monotonic()
+        self._live = None
+        self._refresh_per_second = refresh_per_second
+
+    def update(self, **fields) -> None:
+        """Set some of ``intervals``, ``phase``, ``phases``, ``dropped``."""
+        unknown = set(fields) - set(FIELDS)
+        if unknown:
+            raise TypeError(f"unknown status field(s): {', '.join(sorted(unknown))}")
+        with self._lock:
+            self._fields.update(fields)
+
+    def fields(self) -> dict:
+        with self._lock:
+            return dict(self._fields)
+
+    def render(self) -> Text:
+        """The line as it would be drawn now."""
+        fields = self.fields()
+        phase = "-" if fields["phase"] is None else str(fields["phase"])
+        line = Text(no_wrap=True, overflow="ellipsis")
+        line.append(self.label, style="bold")
+        line.append(f"  {format_elapsed(time.monotonic() - self._started)}")
+        line.append(f"  intervals {fields['intervals']}")
+        line.append("  phase ")
+        line.append(phase, style="bold cyan")
+        line.append(f" of {fields['phases']}")
+        line.append(f"  dropped {fields['dropped']}",
+                    style="bold red" if fields["dropped"] else "")
+        return line
+
+    def start(self) -> "StatusLine":
+        self._started = time.monotonic()
+        if self.enabled and self._live is None:
+            self._live = Live(get_renderable=self.render, console=self.console,
+                              refresh_per_second=self._refresh_per_second, transient=True,
+                              redirect_stdout=False, redirect_stderr=False)
+            self._live.start()
+        return self
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def __enter__(self) -> "StatusLine":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
