@@ -21,6 +21,10 @@ does not send it a second SIGINT in that case; signals sent to the agent alone
 (``kill -INT``/``kill -TERM`` of its pid) are forwarded.  A repeated signal
 escalates to SIGKILL.
 
+Between fork and exec the new process runs only ``os``-level calls, so it may
+be started from any thread; still, start it before the agent's own threads
+hold locks that matter (as with any fork of a threaded program).
+
 Exit statuses follow the shell: the command's own exit code, 128 + N when
 signal N killed it, 127 for a command that cannot be found, 126 for one found
 but not executable.

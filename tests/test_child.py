@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -333,3 +334,17 @@ def read_until(fd: int, token: bytes, after: bytes = b"", timeout: float = 10) -
         except OSError:  # EIO: the terminal's other end has closed
             raise AssertionError(f"no {token!r} in {data!r}") from None
     return data
+
+
+def test_command_gets_default_sigpipe_although_python_ignores_it():
+    # If SIGPIPE stayed ignored, the shell would survive the kill and exit 3.
+    assert run_to_end(["sh", "-c", "kill -PIPE $$; exit 3"], pin=False) == 128 + signal.SIGPIPE
+
+
+def test_start_from_a_thread_other_than_main():
+    statuses = []
+    worker = threading.Thread(
+        target=lambda: statuses.append(run_to_end(["sh", "-c", "exit 4"], pin=False)))
+    worker.start()
+    worker.join(timeout=30)
+    assert statuses == [4]
