@@ -50,6 +50,7 @@ struct pw_cpu {
 	struct irq_work wake;
 	u64 ticks, missed, skipped, msr_faults;
 	u32 clock;
+	int error;			/* why the CPU could not be sampled */
 	bool interval_pending;
 };
 
@@ -101,11 +102,11 @@ static void pw_sample(struct pw_cpu *pc)
 	struct pw_ring_header *h = pc->hdr;
 	struct pt_regs *regs = get_irq_regs();
 	struct task_struct *t = current;
-	bool target = t->tgid == pw_cfg.target_tgid;
+	bool target = !pw_cfg.target_tgid || t->tgid == pw_cfg.target_tgid;
 	u64 head = h->head, fill = head - READ_ONCE(h->tail);
 	struct pw_record *r;
 
-	if (pw_cfg.target_tgid && !target) {
+	if (!target) {
 		pc->skipped++;
 		return;
 	}
@@ -122,7 +123,7 @@ static void pw_sample(struct pw_cpu *pc)
 	r->cpu = smp_processor_id();
 	r->pid = t->tgid;
 	r->tid = t->pid;
-	r->flags = target ? PW_REC_TARGET : 0;
+	r->flags = PW_REC_TARGET;
 	r->ip = 0;
 	if (regs && user_mode(regs)) {
 		r->ip = instruction_pointer(regs);
@@ -211,17 +212,19 @@ static void pw_close_counters(struct pw_cpu *pc)
 	pc->cycles = NULL;
 }
 
-/* cpuhp callbacks: run on @cpu itself, so the timer is armed where it samples. */
+/*
+ * cpuhp callbacks: run on @cpu itself, so the timer is armed where it samples.
+ * A CPU that cannot be sampled still comes online; start reports the error.
+ */
 static int pw_cpu_online(unsigned int cpu)
 {
 	struct pw_cpu *pc = &pw_cpus[cpu];
-	int err;
 
 	if (!cpumask_test_cpu(cpu, &pw_mask))
 		return 0;
-	err = pw_open_counters(pc, cpu);
-	if (err)
-		return err;
+	pc->error = pw_open_counters(pc, cpu);
+	if (pc->error)
+		return 0;
 	hrtimer_init(&pc->timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL_PINNED_HARD);
 	pc->timer.function = pw_tick;
 	WRITE_ONCE(pc->hdr->online, 1);
@@ -234,7 +237,7 @@ static int pw_cpu_offline(unsigned int cpu)
 {
 	struct pw_cpu *pc = &pw_cpus[cpu];
 
-	if (!cpumask_test_cpu(cpu, &pw_mask))
+	if (!cpumask_test_cpu(cpu, &pw_mask) || !pc->hdr->online)
 		return 0;
 	hrtimer_cancel(&pc->timer);
 	pw_close_counters(pc);
@@ -368,19 +371,13 @@ static long pw_configure(struct pw_config __user *uc)
 	return copy_to_user(uc, &c, sizeof(c)) ? -EFAULT : 0;
 }
 
-static long pw_start(void)
+static int pw_first_error(void)
 {
-	int state;
+	int cpu;
 
-	if (!pw_cpus)
-		return -EINVAL;
-	if (pw_hp_state >= 0)
-		return -EBUSY;
-	state = cpuhp_setup_state(CPUHP_AP_ONLINE_DYN, "misc/phasewatch:online",
-				  pw_cpu_online, pw_cpu_offline);
-	if (state < 0)
-		return state;
-	pw_hp_state = state;
+	for_each_cpu(cpu, &pw_mask)
+		if (pw_cpus[cpu].error)
+			return pw_cpus[cpu].error;
 	return 0;
 }
 
@@ -391,6 +388,25 @@ static long pw_stop(void)
 	pw_hp_state = -1;
 	wake_up_interruptible(&pw_wq);
 	return 0;
+}
+
+static long pw_start(void)
+{
+	int state, err;
+
+	if (!pw_cpus)
+		return -EINVAL;
+	if (pw_hp_state >= 0)
+		return -EBUSY;
+	state = cpuhp_setup_state(CPUHP_AP_ONLINE_DYN, "misc/phasewatch:online",
+				  pw_cpu_online, pw_cpu_offline);
+	if (state < 0)
+		return state;
+	pw_hp_state = state;
+	err = pw_first_error();
+	if (err)
+		pw_stop();
+	return err;
 }
 
 static long pw_stats(struct pw_stats __user *us)

@@ -175,14 +175,24 @@ static int module_loaded(void)
 	return found;
 }
 
-static void check_device(void)
+static void check_device(mode_t mode)
 {
 	struct stat st;
 
 	if (stat(DEV, &st))
 		fail(DEV ": %s", strerror(errno));
-	if (!S_ISCHR(st.st_mode) || (st.st_mode & 0777) != 0600 || st.st_uid != 0)
-		fail(DEV " mode %o uid %d, want char device 0600 root", st.st_mode, st.st_uid);
+	if (!S_ISCHR(st.st_mode) || (st.st_mode & 0777) != mode || st.st_uid != 0)
+		fail(DEV " mode %o uid %d, want char device %o root", st.st_mode, st.st_uid, mode);
+}
+
+/* The group parameter opens the node to a group (udev then sets the group). */
+static void check_group_parameter(void)
+{
+	if (system("insmod /phasewatch.ko group=1234"))
+		fail("insmod group=1234");
+	check_device(0660);
+	if (system("rmmod phasewatch"))
+		fail("rmmod after group=1234");
 }
 
 static void check_refusals(int fd)
@@ -274,8 +284,8 @@ static void check_sampling(int fd, char *summary, size_t len)
 	span = (r.rec[n - 1].t_ns - r.rec[0].t_ns) * 1e-9;
 	rate = (n - 1) / span;
 	if (rate < RATE_HZ * (1 - RATE_TOLERANCE) || rate > RATE_HZ * (1 + RATE_TOLERANCE))
-		fail("record rate %.0f Hz (%llu records over %.3f s)", rate,
-		     (unsigned long long)n, span);
+		fail("record rate %.0f Hz (%llu records over %.3f s, %llu periods missed by a late timer)",
+		     rate, (unsigned long long)n, span, (unsigned long long)s.missed);
 	if (user < n * 9 / 10)
 		fail("only %llu of %llu records in user mode", (unsigned long long)user,
 		     (unsigned long long)n);
@@ -403,9 +413,10 @@ int main(void)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("\n");	/* the firmwares leave the console mid-line */
+	check_group_parameter();
 	if (system("insmod /phasewatch.ko"))
 		fail("insmod");
-	check_device();
+	check_device(0600);
 	fd = open(DEV, O_RDWR);
 	if (fd < 0)
 		fail("open: %s", strerror(errno));
@@ -416,6 +427,10 @@ int main(void)
 	check_sampling(fd, sampling, sizeof(sampling));
 	check_lost(fd, lost, sizeof(lost));
 	check_hotplug(fd, hotplug, sizeof(hotplug));
+	close(fd);
+	fd = open(DEV, O_RDWR);
+	if (fd < 0)
+		fail("open after the first reader closed: %s", strerror(errno));
 	close(fd);
 	if (system("rmmod phasewatch") || module_loaded() || access(DEV, F_OK) == 0)
 		fail("rmmod");
