@@ -10,6 +10,10 @@ import numpy as np
 
 CUMULATIVE = 0          # ordered bins: cumulative histogram distance
 TOTAL_VARIATION = 1     # unordered bins (folded IPs): half the L1 distance
+#: How much sampling noise is forgiven in a total-variation distance, in units
+#: of its expected value.  At a few dozen samples the noise's spread is about
+#: as large as its mean, so twice the mean covers all but its far tail.
+NOISE_ALLOWANCE = 2.0
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -18,8 +22,10 @@ def value_bin(value, lo, hi, nbins):
     fall in the end bins.  -1 for NaN."""
     if value != value:
         return -1
-    b = int(np.floor((value - lo) / (hi - lo) * nbins)) if value > lo else 0
-    return min(max(b, 0), nbins - 1)
+    if value <= lo:
+        return 0
+    b = int((value - lo) * (nbins / (hi - lo)))
+    return min(b, nbins - 1)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -83,7 +89,7 @@ def ip_bins_reference(ips: np.ndarray, lo: int, hi: int, bits: int, groups: int)
     return folded
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, fastmath=True)
 def cumulative_distance(h1, h2):
     """Cumulative histogram distance of two normalised histograms, in 0..1."""
     n = len(h1)
@@ -100,7 +106,7 @@ def cumulative_distance_reference(h1: np.ndarray, h2: np.ndarray) -> float:
     return float(np.abs(np.cumsum(h1 - h2)).sum() / (n - 1)) if n > 1 else 0.0
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, fastmath=True)
 def total_variation_distance(h1, h2):
     """Half the L1 distance of two normalised histograms, in 0..1."""
     d = 0.0
@@ -113,7 +119,7 @@ def total_variation_distance_reference(h1: np.ndarray, h2: np.ndarray) -> float:
     return float(0.5 * np.abs(h1 - h2).sum())
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, fastmath=True)
 def expected_total_variation(h, n):
     """Total-variation distance expected between ``h`` and a histogram of ``n``
     samples drawn from it: sampling noise alone (normal approximation)."""
@@ -133,9 +139,9 @@ def segment_distance(x, n, centroid, kind):
 
     Folded IPs are unordered and sparse: an interval of a few dozen samples
     differs from its own phase's centroid by sampling noise alone, so the
-    noise expected at ``n`` samples is taken off the total-variation distance.
+    noise allowed at ``n`` samples is taken off the total-variation distance.
     """
     if kind == TOTAL_VARIATION:
-        d = total_variation_distance(x, centroid) - expected_total_variation(centroid, n)
-        return max(d, 0.0)
+        noise = NOISE_ALLOWANCE * expected_total_variation(centroid, n)
+        return max(total_variation_distance(x, centroid) - noise, 0.0)
     return cumulative_distance(x, centroid)

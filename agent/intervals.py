@@ -48,8 +48,8 @@ class Layout:
 
 @dataclass
 class IntervalBlock:
-    """Intervals completed by one batch, as columns.  ``profiles`` are counts
-    until :func:`normalise` turns them into histograms that sum to one."""
+    """Intervals completed by one batch, as columns; each segment of a
+    profile is a histogram that sums to one (or all zeros, if it had no samples)."""
 
     t_start_ns: np.ndarray
     t_end_ns: np.ndarray
@@ -63,13 +63,6 @@ class IntervalBlock:
 
     def __len__(self) -> int:
         return len(self.t_end_ns)
-
-
-def normalise(block: IntervalBlock, layout: Layout) -> None:
-    for s in range(len(SEGMENTS)):
-        seg = block.profiles[:, layout.bounds[s]:layout.bounds[s + 1]]
-        n = block.segment_samples[:, s:s + 1]
-        np.divide(seg, n, out=seg, where=n > 0)
 
 
 class IntervalAccumulator:
@@ -87,26 +80,25 @@ class IntervalAccumulator:
         lo, hi = hp.text_range if hp.text_range else (0, 0)
         self.text_lo, self.text_hi = np.uint64(lo), np.uint64(hi)
         self.ip_bits = int(hp.ip_bins).bit_length() - 1
+        self._scratch = _empty_block(256, self.layout.width)
 
     def set_text_range(self, lo: int, hi: int) -> None:
         self.text_lo, self.text_hi = np.uint64(lo), np.uint64(hi)
 
     def feed(self, t_ns: np.ndarray, ip: np.ndarray | None, decoded: np.ndarray) -> IntervalBlock:
-        """Add a batch; return the intervals it completed (profiles normalised)."""
+        """Add a batch; return the intervals it completed, profiles normalised.
+        The block is scratch space, reused by the next call."""
         n = len(t_ns)
-        cap = max(16, n // 4)
-        blocks, start = [], 0
         ips = np.ascontiguousarray(ip) if ip is not None else np.zeros(0, np.uint64)
         t_ns = np.ascontiguousarray(t_ns)
+        done, start = 0, 0
         while True:
-            out = _empty_block(cap, self.layout.width)
-            k, start = self._run(t_ns, ips, decoded, start, out)
-            blocks.append(_head(out, k))
+            k, start = self._run(t_ns, ips, decoded, start, _tail(self._scratch, done))
+            done += k
             if start >= n:
                 break
-        block = blocks[0] if len(blocks) == 1 else _join(blocks)
-        normalise(block, self.layout)
-        return block
+            self._scratch = _join([_head(self._scratch, done), _empty_block(len(self._scratch), self.layout.width)])
+        return _head(self._scratch, done)
 
     def pending(self) -> IntervalBlock:
         """The trailing partial interval (not counted as complete), if any samples."""
@@ -116,11 +108,10 @@ class IntervalAccumulator:
         st = self.istate
         out.t_start_ns[0], out.t_end_ns[0] = st[_T_START], st[_T_LAST]
         out.instructions[0], out.cycles[0], out.samples[0] = st[_INSTR], st[_CYCLES], st[_SAMPLES]
-        out.profiles[0], out.segment_samples[0] = self.acc, self.seg_n
+        out.segment_samples[0] = self.seg_n
+        _normalised_copy(self.acc, self.layout.bounds, self.seg_n, out.profiles[0])
         out.voltage_sum[0], out.pfreq_sum[0] = self.fstate
-        block = _head(out, 1)
-        normalise(block, self.layout)
-        return block
+        return _head(out, 1)
 
     def _run(self, t_ns, ips, decoded, start, out):
         hp = self.hist
@@ -144,6 +135,10 @@ def _head(block: IntervalBlock, k: int) -> IntervalBlock:
     return IntervalBlock(*(getattr(block, f)[:k] for f in IntervalBlock.__dataclass_fields__))
 
 
+def _tail(block: IntervalBlock, k: int) -> IntervalBlock:
+    return IntervalBlock(*(getattr(block, f)[k:] for f in IntervalBlock.__dataclass_fields__))
+
+
 def _join(blocks: list[IntervalBlock]) -> IntervalBlock:
     return IntervalBlock(*(np.concatenate([getattr(b, f) for b in blocks])
                            for f in IntervalBlock.__dataclass_fields__))
@@ -155,70 +150,74 @@ def _accumulate(t_ns, ips, dec, start, time_mode, size, v_lo, v_hi, f_lo, f_hi,
                 o_t_start, o_t_end, o_instr, o_cycles, o_samples, o_prof, o_segn,
                 o_vsum, o_fsum):
     """Add rows from ``start`` on; stop after the last row or when the output is
-    full.  Returns (intervals written, next row)."""
+    full.  Returns (intervals written, next row).  Emitted profiles are
+    normalised.  The state lives in locals inside the loop (the arrays could
+    alias, which keeps LLVM from holding them in registers)."""
     n = len(t_ns)
     cap = len(o_t_end)
     have_ip = len(ips) == n and text_hi > text_lo
-    v_bins = bounds[1] - bounds[0]
-    f_bins = bounds[2] - bounds[1]
+    v_bins, f_bins = bounds[1] - bounds[0], bounds[2] - bounds[1]
+    started, cur, t_start = istate[_STARTED], istate[_CUR_INSTR], istate[_T_START]
+    t_origin, next_t, samples = istate[_T_ORIGIN], istate[_NEXT_T], istate[_SAMPLES]
+    cycles, instr, t_last = istate[_CYCLES], istate[_INSTR], istate[_T_LAST]
+    n_v, n_f, n_ip = seg_n[0], seg_n[1], seg_n[2]
+    v_sum, f_sum = fstate[0], fstate[1]
     k = 0
     i = start
     while i < n and k < cap:
         t = t_ns[i]
-        if istate[_STARTED] == 0:
-            istate[_STARTED] = 1
-            istate[_T_START] = t
-            istate[_T_ORIGIN] = t
-            istate[_NEXT_T] = t + size
-        row = dec[i]
-        v = row[F_VOLT]
+        if started == 0:
+            started, t_start, t_origin, next_t = 1, t, t, t + size
+        v = dec[F_VOLT, i]
         if v == v:
             acc[bounds[0] + value_bin(v, v_lo, v_hi, v_bins)] += 1.0
-            seg_n[0] += 1
-            fstate[0] += v
-        pf = row[F_PFREQ]
+            n_v += 1
+            v_sum += v
+        pf = dec[F_PFREQ, i]
         if pf == pf:
             acc[bounds[1] + value_bin(pf, f_lo, f_hi, f_bins)] += 1.0
-            seg_n[1] += 1
-            fstate[1] += pf
+            n_f += 1
+            f_sum += pf
         if have_ip:
             b = ip_bin(ips[i], text_lo, text_hi, ip_bits, ip_groups)
             if b >= 0:
                 acc[bounds[2] + b] += 1.0
-                seg_n[2] += 1
-        d_instr = np.int64(row[F_DINSTR])
-        istate[_INSTR] += d_instr
-        istate[_CYCLES] += np.int64(row[F_DCYC])
-        istate[_SAMPLES] += 1
-        istate[_T_LAST] = t
-        if time_mode:
-            done = t >= istate[_NEXT_T]
-        else:
-            istate[_CUR_INSTR] += d_instr
-            done = istate[_CUR_INSTR] >= size
+                n_ip += 1
+        d_instr = np.int64(dec[F_DINSTR, i])
+        instr += d_instr
+        cycles += np.int64(dec[F_DCYC, i])
+        samples += 1
+        t_last = t
         i += 1
-        if not done:
-            continue
-        o_t_start[k] = istate[_T_START]
-        o_t_end[k] = t
-        o_instr[k] = istate[_INSTR]
-        o_cycles[k] = istate[_CYCLES]
-        o_samples[k] = istate[_SAMPLES]
-        o_prof[k, :] = acc
-        o_segn[k, :] = seg_n
-        o_vsum[k] = fstate[0]
-        o_fsum[k] = fstate[1]
-        k += 1
         if time_mode:
-            istate[_NEXT_T] = istate[_T_ORIGIN] + ((t - istate[_T_ORIGIN]) // size + 1) * size
+            if t < next_t:
+                continue
+            next_t = t_origin + ((t - t_origin) // size + 1) * size
         else:
-            istate[_CUR_INSTR] = (istate[_CUR_INSTR] - size) % size
-        istate[_T_START] = t
-        istate[_INSTR] = 0
-        istate[_CYCLES] = 0
-        istate[_SAMPLES] = 0
+            cur += d_instr
+            if cur < size:
+                continue
+            cur = (cur - size) % size
+        o_t_start[k], o_t_end[k], o_instr[k] = t_start, t, instr
+        o_cycles[k], o_samples[k] = cycles, samples
+        o_vsum[k], o_fsum[k] = v_sum, f_sum
+        o_segn[k, 0], o_segn[k, 1], o_segn[k, 2] = n_v, n_f, n_ip
+        _normalised_copy(acc, bounds, o_segn[k], o_prof[k])
+        k += 1
+        t_start, instr, cycles, samples = t, 0, 0, 0
+        n_v, n_f, n_ip, v_sum, f_sum = 0, 0, 0, 0.0, 0.0
         acc[:] = 0.0
-        seg_n[:] = 0
-        fstate[:] = 0.0
+    istate[_STARTED], istate[_CUR_INSTR], istate[_T_START] = started, cur, t_start
+    istate[_T_ORIGIN], istate[_NEXT_T], istate[_SAMPLES] = t_origin, next_t, samples
+    istate[_CYCLES], istate[_INSTR], istate[_T_LAST] = cycles, instr, t_last
+    seg_n[0], seg_n[1], seg_n[2] = n_v, n_f, n_ip
+    fstate[0], fstate[1] = v_sum, f_sum
     return k, i
 
+
+@numba.njit(cache=True, nogil=True)
+def _normalised_copy(acc, bounds, counts, out):
+    for s in range(len(counts)):
+        scale = 1.0 / counts[s] if counts[s] > 0 else 0.0
+        for j in range(bounds[s], bounds[s + 1]):
+            out[j] = acc[j] * scale

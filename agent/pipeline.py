@@ -18,6 +18,8 @@ from .intervals import SEGMENT_KINDS, SEGMENTS, IntervalAccumulator, IntervalBlo
 from .params import Params
 
 KERNEL_ADDRESSES = np.uint64(0x8000_0000_0000_0000)
+#: Rows decoded and profiled at a time, so that the work arrays stay in cache.
+CHUNK_ROWS = 16384
 
 
 @dataclass
@@ -39,6 +41,11 @@ class Intervals:
 
     def __len__(self) -> int:
         return len(self.index)
+
+    @classmethod
+    def join(cls, parts: list["Intervals"]) -> "Intervals":
+        names = [f for f in cls.__dataclass_fields__ if f != "partial"]
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in names))
 
     @property
     def cpi(self) -> np.ndarray:
@@ -63,6 +70,13 @@ class Pipeline:
         self.samples = 0
 
     def feed(self, batch: SampleBatch) -> Intervals:
+        n = len(batch)
+        if n <= CHUNK_ROWS:
+            return self._feed(batch)
+        return Intervals.join([self._feed(batch.slice(a, a + CHUNK_ROWS))
+                               for a in range(0, n, CHUNK_ROWS)])
+
+    def _feed(self, batch: SampleBatch) -> Intervals:
         self.samples += len(batch)
         if self.text_range is None and self.used[SEGMENTS.index("ip")] and "ip" in batch:
             self._guess_text_range(batch["ip"])
@@ -102,8 +116,9 @@ class Pipeline:
         with np.errstate(divide="ignore", invalid="ignore"):
             volt = block.voltage_sum / block.segment_samples[:, 0]
             pfreq = block.pfreq_sum / block.segment_samples[:, 1]
-        return Intervals(index, block.t_start_ns, block.t_end_ns, block.instructions,
-                         block.cycles, block.samples, dist, phase, new, volt, pfreq, partial)
+        return Intervals(index, block.t_start_ns.copy(), block.t_end_ns.copy(),
+                         block.instructions.copy(), block.cycles.copy(), block.samples.copy(),
+                         dist, phase, new, volt, pfreq, partial)
 
     def _guess_text_range(self, ips: np.ndarray) -> None:
         """No text range known: take the span of the user-space IPs seen first,

@@ -27,7 +27,7 @@ META_KEY = b"phasewatch"
 WRITE_ROWS = 65536
 WRITE_SECONDS = 1.0
 #: Rows a reader gathers from small record batches before yielding one batch.
-READ_ROWS = 262144
+READ_ROWS = 65536
 
 
 def arrow_schema(signals, metadata: dict[str, Any]) -> pa.Schema:
