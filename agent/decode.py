@@ -23,10 +23,17 @@ _EMPTY_U64 = np.zeros(0, np.uint64)
 _MISSING = np.uint64(MISSING)
 
 
-class DecoderState:
-    """Previous raw counter values per CPU, and counts of dropped deltas."""
+#: The counters the phase detector's profiles and CPI need; the rest only
+#: feed frequency and C-state residency.
+PROFILE_COUNTERS = ("mperf", "pperf", "instructions", "cycles")
 
-    def __init__(self, max_cpu: int = 0):
+
+class DecoderState:
+    """Previous raw counter values per CPU, and counts of dropped deltas.
+    Only ``counters`` are decoded; the derived values of the others are NaN."""
+
+    def __init__(self, max_cpu: int = 0, counters=COUNTERS):
+        self.decoded = tuple(k for k, name in enumerate(COUNTERS) if name in counters)
         self.prev = np.zeros((max_cpu + 1, len(COUNTERS)), np.uint64)
         self.prev_ok = np.zeros((max_cpu + 1, len(COUNTERS)), np.bool_)
         self.backwards = np.zeros(len(COUNTERS), np.int64)
@@ -66,14 +73,14 @@ def decode(batch: SampleBatch, state: DecoderState, base_mhz: float,
     if n:
         state.ensure_cpu(int(cpu.max()))
     deltas, out = state.scratch(n)
-    for k, name in enumerate(COUNTERS):
-        col = batch.get(name)
+    for k in state.decoded:
+        col = batch.get(COUNTERS[k])
         if col is not None:
             _delta_kernel(np.ascontiguousarray(col), cpu, k, state.prev, state.prev_ok,
                           state.backwards, state.unread, deltas[k])
     status = batch.get("perf_status") if voltage_from_perf_status else None
     status = np.ascontiguousarray(status) if status is not None else _EMPTY_U64
-    _derive_kernel(deltas, status, float(base_mhz), out)
+    _derive_kernel(deltas, status, float(base_mhz), 3 in state.decoded, out)
     return out
 
 
@@ -107,7 +114,7 @@ def _delta_kernel(values, cpu, k, prev, prev_ok, backwards, unread, out):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _derive_kernel(d, status, base_mhz, out):
+def _derive_kernel(d, status, base_mhz, residency, out):
     """Derived values from the deltas, one simple loop per field group, which
     LLVM vectorises (one loop doing all of them ran five times slower)."""
     n = out.shape[1]
@@ -119,6 +126,9 @@ def _derive_kernel(d, status, base_mhz, out):
         out[3, i] = dc / di if di > 0 else np.nan
         out[4, i] = di if di == di else 0.0
         out[5, i] = dc if dc == dc else 0.0
+    if not residency:
+        out[6:] = np.nan
+        return
     for i in range(n):
         dt = d[3, i]
         out[6, i] = d[1, i] / dt if dt > 0 else np.nan

@@ -16,52 +16,53 @@ TOTAL_VARIATION = 1     # unordered bins (folded IPs): half the L1 distance
 NOISE_ALLOWANCE = 2.0
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def value_bin(value, lo, hi, nbins):
-    """Bin of ``value`` in ``nbins`` equal bins over [lo, hi); outside values
-    fall in the end bins.  -1 for NaN."""
-    if value != value:
-        return -1
-    if value <= lo:
-        return 0
-    b = int((value - lo) * (nbins / (hi - lo)))
-    return min(b, nbins - 1)
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def value_bins(values, lo, hi, nbins, out):
+    """Bin of each value in ``nbins`` equal bins over [lo, hi); values outside
+    fall in the end bins; -1 for NaN."""
+    scale = nbins / (hi - lo)
+    top = nbins - 1
+    for i in range(len(values)):
+        v = values[i]
+        x = min(max((v - lo) * scale, 0.0), float(top))
+        out[i] = int(x) if v == v else -1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def ip_bin(ip, lo, hi, bits, groups):
-    """Spatial-aware projection of an instruction pointer onto 2**bits entries.
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def ip_bins(ips, lo, hi, bits, groups, out):
+    """Spatial-aware projection of instruction pointers onto 2**bits entries.
 
-    The position of ``ip`` inside the text range [lo, hi) is scaled to
+    The position of an IP inside the text range [lo, hi) is scaled to
     ``bits * groups`` bits (IPs outside fall at the ends), split into
     ``groups`` groups of ``bits`` bits, and the groups are XOR-folded.  The top
     group keeps coarse code regions apart; folding in the finer groups spreads
     a region's hot spots over the entries.  -1 for an unknown IP (0).
     """
-    if ip == 0:
-        return -1
     total = 1 << (bits * groups)
-    if ip < lo:
-        pos = 0
-    elif ip >= hi:
-        pos = total - 1
-    else:
-        pos = int(float(ip - lo) / float(hi - lo) * total)
-        pos = min(pos, total - 1)
+    scale = total / float(hi - lo)
     mask = (1 << bits) - 1
-    folded = 0
-    for _ in range(groups):
-        folded ^= pos & mask
-        pos >>= bits
-    return folded
+    for i in range(len(ips)):
+        ip = ips[i]
+        if ip < lo:
+            pos = 0
+        elif ip >= hi:
+            pos = total - 1
+        else:
+            pos = min(int(float(np.int64(ip - lo)) * scale), total - 1)
+        folded = 0
+        for _ in range(groups):
+            folded ^= pos & mask
+            pos >>= bits
+        out[i] = folded if ip != 0 else -1
 
 
 @numba.njit(cache=True, nogil=True)
 def fill(values, lo, hi, nbins):
     """Counts of ``values`` in ``nbins`` bins over [lo, hi), NaNs skipped."""
+    bins = np.empty(len(values), np.int32)
+    value_bins(values, lo, hi, nbins, bins)
     h = np.zeros(nbins, np.float64)
-    for v in values:
-        b = value_bin(v, lo, hi, nbins)
+    for b in bins:
         if b >= 0:
             h[b] += 1.0
     return h
@@ -69,7 +70,7 @@ def fill(values, lo, hi, nbins):
 
 def fill_reference(values: np.ndarray, lo: float, hi: float, nbins: int) -> np.ndarray:
     v = values[~np.isnan(values)]
-    idx = np.clip(np.floor((v - lo) / (hi - lo) * nbins), 0, nbins - 1).astype(np.int64)
+    idx = np.clip(np.floor((v - lo) * (nbins / (hi - lo))), 0, nbins - 1).astype(np.int64)
     return np.bincount(idx, minlength=nbins).astype(np.float64)
 
 
@@ -80,7 +81,7 @@ def ip_bins_reference(ips: np.ndarray, lo: int, hi: int, bits: int, groups: int)
     inside = (ips >= np.uint64(lo)) & (ips < np.uint64(hi))
     pos = np.where(ips < np.uint64(lo), 0, total - 1).astype(np.int64)
     offs = (ips[inside] - np.uint64(lo)).astype(np.float64)
-    pos[inside] = np.minimum((offs / float(hi - lo) * total).astype(np.int64), total - 1)
+    pos[inside] = np.minimum((offs * (total / float(hi - lo))).astype(np.int64), total - 1)
     folded = np.zeros(len(ips), np.int64)
     for _ in range(groups):
         folded ^= pos & ((1 << bits) - 1)

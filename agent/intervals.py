@@ -13,7 +13,7 @@ import numba
 import numpy as np
 
 from .decode import F
-from .histograms import CUMULATIVE, TOTAL_VARIATION, ip_bin, value_bin
+from .histograms import CUMULATIVE, TOTAL_VARIATION, ip_bins, value_bins
 from .params import HistogramParams, IntervalParams
 
 SEGMENTS = ("voltage", "pfreq", "ip")
@@ -81,6 +81,7 @@ class IntervalAccumulator:
         self.text_lo, self.text_hi = np.uint64(lo), np.uint64(hi)
         self.ip_bits = int(hp.ip_bins).bit_length() - 1
         self._scratch = _empty_block(256, self.layout.width)
+        self._bin_scratch = np.empty((len(SEGMENTS), 0), np.int32)
 
     def set_text_range(self, lo: int, hi: int) -> None:
         self.text_lo, self.text_hi = np.uint64(lo), np.uint64(hi)
@@ -89,11 +90,11 @@ class IntervalAccumulator:
         """Add a batch; return the intervals it completed, profiles normalised.
         The block is scratch space, reused by the next call."""
         n = len(t_ns)
-        ips = np.ascontiguousarray(ip) if ip is not None else np.zeros(0, np.uint64)
+        bins = self._bins(n, ip, decoded)
         t_ns = np.ascontiguousarray(t_ns)
         done, start = 0, 0
         while True:
-            k, start = self._run(t_ns, ips, decoded, start, _tail(self._scratch, done))
+            k, start = self._run(t_ns, bins, decoded, start, _tail(self._scratch, done))
             done += k
             if start >= n:
                 break
@@ -113,12 +114,24 @@ class IntervalAccumulator:
         out.voltage_sum[0], out.pfreq_sum[0] = self.fstate
         return _head(out, 1)
 
-    def _run(self, t_ns, ips, decoded, start, out):
+    def _bins(self, n: int, ip, decoded) -> np.ndarray:
+        """Each sample's bin in each segment (-1: none), one row per segment."""
+        if self._bin_scratch.shape[1] < n:
+            self._bin_scratch = np.empty((len(SEGMENTS), n), np.int32)
+        bins = self._bin_scratch[:, :n]
         hp = self.hist
+        value_bins(decoded[F_VOLT], hp.voltage_mv[0], hp.voltage_mv[1], hp.voltage_bins, bins[0])
+        value_bins(decoded[F_PFREQ], hp.pfreq_mhz[0], hp.pfreq_mhz[1], hp.pfreq_bins, bins[1])
+        if ip is not None and self.text_hi > self.text_lo:
+            ip_bins(np.ascontiguousarray(ip), self.text_lo, self.text_hi, self.ip_bits,
+                    hp.ip_fold_groups, bins[2])
+        else:
+            bins[2] = -1
+        return bins
+
+    def _run(self, t_ns, bins, decoded, start, out):
         return _accumulate(
-            t_ns, ips, decoded, start, self.time_mode, int(self.interval.size),
-            hp.voltage_mv[0], hp.voltage_mv[1], hp.pfreq_mhz[0], hp.pfreq_mhz[1],
-            self.text_lo, self.text_hi, self.ip_bits, hp.ip_fold_groups,
+            t_ns, bins, decoded, start, self.time_mode, int(self.interval.size),
             self.layout.bounds, self.acc, self.seg_n, self.istate, self.fstate,
             out.t_start_ns, out.t_end_ns, out.instructions, out.cycles, out.samples,
             out.profiles, out.segment_samples, out.voltage_sum, out.pfreq_sum)
@@ -145,8 +158,7 @@ def _join(blocks: list[IntervalBlock]) -> IntervalBlock:
 
 
 @numba.njit(cache=True, nogil=True)
-def _accumulate(t_ns, ips, dec, start, time_mode, size, v_lo, v_hi, f_lo, f_hi,
-                text_lo, text_hi, ip_bits, ip_groups, bounds, acc, seg_n, istate, fstate,
+def _accumulate(t_ns, bins, dec, start, time_mode, size, bounds, acc, seg_n, istate, fstate,
                 o_t_start, o_t_end, o_instr, o_cycles, o_samples, o_prof, o_segn,
                 o_vsum, o_fsum):
     """Add rows from ``start`` on; stop after the last row or when the output is
@@ -155,40 +167,36 @@ def _accumulate(t_ns, ips, dec, start, time_mode, size, v_lo, v_hi, f_lo, f_hi,
     alias, which keeps LLVM from holding them in registers)."""
     n = len(t_ns)
     cap = len(o_t_end)
-    have_ip = len(ips) == n and text_hi > text_lo
-    v_bins, f_bins = bounds[1] - bounds[0], bounds[2] - bounds[1]
+    b_v, b_f, b_ip = bounds[0], bounds[1], bounds[2]
     started, cur, t_start = istate[_STARTED], istate[_CUR_INSTR], istate[_T_START]
     t_origin, next_t, samples = istate[_T_ORIGIN], istate[_NEXT_T], istate[_SAMPLES]
     cycles, instr, t_last = istate[_CYCLES], istate[_INSTR], istate[_T_LAST]
     n_v, n_f, n_ip = seg_n[0], seg_n[1], seg_n[2]
     v_sum, f_sum = fstate[0], fstate[1]
     k = 0
-    i = start
-    while i < n and k < cap:
+    for i in range(start, n):
         t = t_ns[i]
         if started == 0:
             started, t_start, t_origin, next_t = 1, t, t, t + size
-        v = dec[F_VOLT, i]
-        if v == v:
-            acc[bounds[0] + value_bin(v, v_lo, v_hi, v_bins)] += 1.0
+        b = bins[0, i]
+        if b >= 0:
+            acc[b_v + b] += 1.0
             n_v += 1
-            v_sum += v
-        pf = dec[F_PFREQ, i]
-        if pf == pf:
-            acc[bounds[1] + value_bin(pf, f_lo, f_hi, f_bins)] += 1.0
+            v_sum += dec[F_VOLT, i]
+        b = bins[1, i]
+        if b >= 0:
+            acc[b_f + b] += 1.0
             n_f += 1
-            f_sum += pf
-        if have_ip:
-            b = ip_bin(ips[i], text_lo, text_hi, ip_bits, ip_groups)
-            if b >= 0:
-                acc[bounds[2] + b] += 1.0
-                n_ip += 1
+            f_sum += dec[F_PFREQ, i]
+        b = bins[2, i]
+        if b >= 0:
+            acc[b_ip + b] += 1.0
+            n_ip += 1
         d_instr = np.int64(dec[F_DINSTR, i])
         instr += d_instr
         cycles += np.int64(dec[F_DCYC, i])
         samples += 1
         t_last = t
-        i += 1
         if time_mode:
             if t < next_t:
                 continue
@@ -207,6 +215,11 @@ def _accumulate(t_ns, ips, dec, start, time_mode, size, v_lo, v_hi, f_lo, f_hi,
         t_start, instr, cycles, samples = t, 0, 0, 0
         n_v, n_f, n_ip, v_sum, f_sum = 0, 0, 0, 0.0, 0.0
         acc[:] = 0.0
+        if k == cap:
+            i += 1
+            break
+    else:
+        i = n
     istate[_STARTED], istate[_CUR_INSTR], istate[_T_START] = started, cur, t_start
     istate[_T_ORIGIN], istate[_NEXT_T], istate[_SAMPLES] = t_origin, next_t, samples
     istate[_CYCLES], istate[_INSTR], istate[_T_LAST] = cycles, instr, t_last

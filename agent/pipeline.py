@@ -12,7 +12,7 @@ import numpy as np
 
 from .batch import SampleBatch
 from .classify import ClassifierState, classify
-from .decode import DecoderState, decode
+from .decode import PROFILE_COUNTERS, DecoderState, decode
 from .detectors import used_mask
 from .intervals import SEGMENT_KINDS, SEGMENTS, IntervalAccumulator, IntervalBlock, Layout
 from .params import Params
@@ -60,7 +60,7 @@ class Pipeline:
         self.params = params
         self.base_mhz = float(base_mhz)
         self.voltage_from_perf_status = voltage_from_perf_status
-        self.decoder = DecoderState()
+        self.decoder = DecoderState(counters=PROFILE_COUNTERS)
         self.accumulator = IntervalAccumulator(params.interval, params.histograms)
         self.layout: Layout = self.accumulator.layout
         self.classifier = ClassifierState(self.layout.width, len(SEGMENTS), params.detector)
