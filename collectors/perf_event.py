@@ -189,50 +189,63 @@ class RingBuffer:
         self.lost = 0
         self.throttled = 0
 
-    def drain(self) -> np.ndarray:
+    def read_raw(self) -> np.ndarray:
+        """The bytes of all new records (whole records), handed back to the kernel."""
         head = int(self._meta[128])        # data_head, offset 1024
         tail = int(self._meta[129])        # data_tail, offset 1032
         if head == tail:
-            return np.empty(0, self.dtype)
+            return _EMPTY
         start, stop = tail % self.size, head % self.size
         if start < stop:
             raw = self._data[start:stop].copy()
         else:
             raw = np.concatenate((self._data[start:], self._data[:stop]))
         self._meta[129] = head             # hand the space back to the kernel
-        return self._samples(raw)
+        return raw
 
-    def _samples(self, raw: np.ndarray) -> np.ndarray:
-        width = self.dtype.itemsize
-        if len(raw) % width == 0:
-            recs = raw.view(self.dtype)
-            if np.all(recs["type"] == RECORD_SAMPLE) and np.all(recs["size"] == width):
-                return recs
-        return self._walk(raw)
-
-    def _walk(self, raw: np.ndarray) -> np.ndarray:
-        """Slow path: other records are interleaved with the samples."""
-        width = self.dtype.itemsize
-        offsets = []
-        pos, end = 0, len(raw)
-        buf = raw.tobytes()
-        while pos + 8 <= end:
-            rtype, _misc, size = struct.unpack_from("<IHH", buf, pos)
-            if size == 0:
-                break
-            if rtype == RECORD_SAMPLE and size == width:
-                offsets.append(pos)
-            elif rtype == RECORD_LOST:
-                self.lost += struct.unpack_from("<Q", buf, pos + 16)[0]
-            elif rtype == RECORD_THROTTLE:
-                self.throttled += 1
-            pos += size
-        out = np.empty(len(offsets), self.dtype)
-        view = out.view(np.uint8).reshape(len(offsets), width)
-        for i, off in enumerate(offsets):
-            view[i] = raw[off:off + width]
-        return out
+    def drain(self) -> np.ndarray:
+        return parse_samples(self.read_raw(), self.dtype, self)
 
     def close(self) -> None:
         del self._meta, self._data
         self._map.close()
+
+
+_EMPTY = np.empty(0, np.uint8)
+
+
+def parse_samples(raw: np.ndarray, dtype: np.dtype, counts) -> np.ndarray:
+    """Whole records as bytes -> the PERF_RECORD_SAMPLEs among them, as a
+    structured array; lost and throttle records are added to ``counts.lost``
+    and ``counts.throttled``."""
+    width = dtype.itemsize
+    if len(raw) % width == 0:
+        recs = raw.view(dtype)
+        header = recs["type"].astype(np.uint32) | (recs["size"].astype(np.uint32) << 16)
+        if (header == (RECORD_SAMPLE | width << 16)).all():
+            return recs
+    return _walk(raw, dtype, counts)
+
+
+def _walk(raw: np.ndarray, dtype: np.dtype, counts) -> np.ndarray:
+    """Slow path: other records are interleaved with the samples."""
+    width = dtype.itemsize
+    offsets = []
+    pos, end = 0, len(raw)
+    buf = raw.tobytes()
+    while pos + 8 <= end:
+        rtype, _misc, size = struct.unpack_from("<IHH", buf, pos)
+        if size == 0:
+            break
+        if rtype == RECORD_SAMPLE and size == width:
+            offsets.append(pos)
+        elif rtype == RECORD_LOST:
+            counts.lost += struct.unpack_from("<Q", buf, pos + 16)[0]
+        elif rtype == RECORD_THROTTLE:
+            counts.throttled += 1
+        pos += size
+    out = np.empty(len(offsets), dtype)
+    view = out.view(np.uint8).reshape(len(offsets), width)
+    for i, off in enumerate(offsets):
+        view[i] = raw[off:off + width]
+    return out

@@ -125,7 +125,7 @@ class PerfSource:
         self._threads = [-1] if pid is None else (
             [pid] if enable_on_exec else process_threads(pid))
         self._ended = False
-        self.samples = 0
+        self.samples = self.lost = self.throttled = 0
         self._fixed_period = period
         if cycles_hz is None:
             cycles_hz = base_frequency_hz()[0] or 3e9
@@ -171,7 +171,7 @@ class PerfSource:
         members that open alongside it on the first CPU."""
         self._specs = {**EVENTS, **self._msr_specs()}
         members = tuple(m for m in wanted if self._member_opens(name, m))
-        dtype = pe.sample_dtype(self._sample_type(members), 1 + len(members))
+        dtype = self._dtype = pe.sample_dtype(self._sample_type(members), 1 + len(members))
         for cpu in self.cpus:
             ring_fd = None
             for tid in self._threads:
@@ -257,9 +257,10 @@ class PerfSource:
 
     def read(self) -> SampleBatch:
         """All samples the ring buffers hold now, as one batch in time order."""
-        recs = [ring.drain() for ring in self._rings]
-        recs = np.concatenate(recs) if len(recs) > 1 else recs[0]
-        if len(recs) > 1:
+        raws = [r for r in (ring.read_raw() for ring in self._rings) if len(r)]
+        raw = raws[0] if len(raws) == 1 else np.concatenate(raws) if raws else pe._EMPTY
+        recs = pe.parse_samples(raw, self._dtype, self)
+        if len(raws) > 1:
             recs = recs[np.argsort(recs["time"], kind="stable")]
         self.samples += len(recs)
         cols = {"t_ns": recs["time"], "cpu": recs["cpu"], "tid": recs["tid"], "ip": recs["ip"]}
@@ -277,11 +278,7 @@ class PerfSource:
             return True
 
     def stats(self) -> dict[str, int]:
-        return {
-            "samples": self.samples,
-            "lost_samples": sum(r.lost for r in self._rings),
-            "throttled": sum(r.throttled for r in self._rings),
-        }
+        return {"samples": self.samples, "lost_samples": self.lost, "throttled": self.throttled}
 
     def close(self) -> None:
         self._closed = True
