@@ -1,4 +1,5 @@
-"""Plain CSV traces (DESIGN §4): one row per sample, integer cells, a header row.
+"""Plain CSV traces (DESIGN §4): one row per sample, integer cells (decimal, or
+hexadecimal with 0x), a header row.
 
 Parsing is pyarrow's streaming CSV reader.  When it rejects the file, the file
 is scanned again line by line to name the first bad line and column.
@@ -114,7 +115,7 @@ def _cell_problem(text: str, dtype: np.dtype) -> str | None:
     if text == "":
         return "empty cell"
     try:
-        value = int(text, 10)
+        value = int(text, 16 if text[:2].lower() == "0x" else 10)
     except ValueError:
         return f"{text[:40]!r} is not an integer"
     info = np.iinfo(dtype)

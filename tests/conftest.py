@@ -7,8 +7,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 WORKLOADS = Path(__file__).parent / "workloads"
+
+# The first call of a numba kernel compiles it or loads it from the cache:
+# no per-example deadline.
+settings.register_profile("phasewatch", deadline=None)
+settings.load_profile("phasewatch")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,79 @@
+"""Leader-follower classification held to its plain-Python reference."""
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from phasewatch.classify import ClassifierState, classify, classify_reference
+from phasewatch.intervals import SEGMENT_KINDS
+from phasewatch.params import DetectorParams
+
+BOUNDS = np.array([0, 8, 24, 32])
+
+
+def random_profiles(rng, n, centres=4, noise=0.05):
+    base = rng.dirichlet(np.ones(32), size=centres)
+    pick = rng.integers(0, centres, n)
+    prof = np.abs(base[pick] + rng.normal(0, noise / 32, (n, 32)))
+    counts = rng.integers(0, 40, (n, 3))
+    for s in range(3):
+        seg = prof[:, BOUNDS[s]:BOUNDS[s + 1]]
+        seg /= seg.sum(axis=1, keepdims=True)
+        seg[counts[:, s] == 0] = 0.0
+    return prof, counts, pick
+
+
+@settings(max_examples=60)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 300), st.floats(0.02, 0.6),
+       st.booleans(), st.sampled_from([(True, True, False), (True, True, True), (False, False, True)]))
+def test_kernel_matches_reference(seed, n, threshold, adaptive, used):
+    rng = np.random.default_rng(seed)
+    prof, counts, _ = random_profiles(rng, n)
+    params = DetectorParams(threshold=threshold, adaptive=adaptive)
+    used = np.array(used)
+    state = ClassifierState(32, 3, params, capacity=2)
+    phase, dist, new = classify(prof, counts, BOUNDS, SEGMENT_KINDS, used, state)
+    r_phase, r_dist, r_new = classify_reference(prof, counts, BOUNDS, SEGMENT_KINDS, used, params)
+    assert np.array_equal(phase, r_phase)
+    assert np.array_equal(new, r_new)
+    assert np.allclose(dist, r_dist, equal_nan=True, atol=1e-9)
+    assert state.n_phases == r_phase.max() + 1
+
+
+def test_first_interval_opens_phase_zero_with_no_distance():
+    prof, counts, _ = random_profiles(np.random.default_rng(1), 1)
+    counts[:] = 10
+    phase, dist, new = classify(prof, counts, BOUNDS, SEGMENT_KINDS, np.array([True] * 3),
+                                ClassifierState(32, 3, DetectorParams()))
+    assert phase[0] == 0 and new[0] and np.isnan(dist[0])
+
+
+def test_returns_to_an_earlier_phase():
+    a, b = np.zeros(32), np.zeros(32)
+    a[[0, 8, 24]] = 1.0
+    b[[7, 23, 31]] = 1.0
+    prof = np.array([a, a, b, b, a])
+    counts = np.full((5, 3), 30)
+    phase, _, new = classify(prof, counts, BOUNDS, SEGMENT_KINDS, np.array([True] * 3),
+                             ClassifierState(32, 3, DetectorParams()))
+    assert list(phase) == [0, 0, 1, 1, 0]
+    assert list(new) == [True, False, True, False, False]
+
+
+def test_recovers_planted_clusters():
+    prof, counts, truth = random_profiles(np.random.default_rng(3), 400, noise=0.01)
+    counts[:] = 30
+    phase, _, _ = classify(prof, counts, BOUNDS, SEGMENT_KINDS, np.array([True, True, False]),
+                           ClassifierState(32, 3, DetectorParams(threshold=0.1)))
+    for p in np.unique(phase):                       # every phase is one planted cluster
+        assert len(np.unique(truth[phase == p])) == 1
+
+
+def test_adaptive_threshold_moves_within_bounds():
+    prof, counts, _ = random_profiles(np.random.default_rng(4), 300, centres=2, noise=0.01)
+    counts[:] = 30
+    params = DetectorParams(threshold=0.25, adaptive=True)
+    state = ClassifierState(32, 3, params)
+    classify(prof, counts, BOUNDS, SEGMENT_KINDS, np.array([True] * 3), state)
+    thr = state.threshold[0]
+    assert thr != 0.25
+    assert params.adaptive_min <= thr <= params.adaptive_max

@@ -1,0 +1,88 @@
+"""The decoder: units from raw counters, and counters that misbehave."""
+
+import numpy as np
+from hypothesis import given, strategies as st
+
+from phasewatch import reference
+from phasewatch.batch import MISSING, SampleBatch
+from phasewatch.decode import COUNTERS, F, DecoderState, decode
+
+M = int(MISSING)
+
+
+def batch(**cols):
+    n = len(next(iter(cols.values())))
+    cols.setdefault("t_ns", np.arange(n) * 1_000_000)
+    cols.setdefault("cpu", np.zeros(n))
+    return SampleBatch({k: np.asarray(v, dtype=np.uint64) if k not in ("t_ns", "cpu") else v
+                        for k, v in cols.items()})
+
+
+def test_known_values():
+    b = batch(perf_status=[8192 << 32 | 0x1E00] * 2,   # 1.0 V, ratio 30
+              aperf=[0, 2_000_000], mperf=[0, 1_000_000], pperf=[0, 500_000],
+              tsc=[0, 4_000_000], instructions=[0, 3_000_000], cycles=[0, 1_500_000],
+              c3=[0, 1_000_000], c6=[0, 1_000_000], c7=[0, 0])
+    out = decode(b, DecoderState(), base_mhz=3000.0)
+    assert out[F["voltage_mv"], 0] == 1000.0
+    assert np.isnan(out[F["freq_mhz"], 0])                  # no previous sample
+    assert out[F["freq_mhz"], 1] == 6000.0                  # base × ΔAPERF/ΔMPERF
+    assert out[F["pfreq_mhz"], 1] == 1500.0                 # base × ΔPPERF/ΔMPERF
+    assert out[F["cpi"], 1] == 0.5
+    assert out[F["c0"], 1] == 0.25 and out[F["c3"], 1] == 0.25 and out[F["c6"], 1] == 0.25
+    assert out[F["c1"], 1] == 0.25                          # TSC − MPERF − C3 − C6 − C7
+    assert out[F["d_instructions"], 1] == 3_000_000
+
+
+def test_c1_never_negative():
+    b = batch(mperf=[0, 10], tsc=[0, 10], c3=[0, 5], c6=[0, 5], c7=[0, 5])
+    out = decode(b, DecoderState(), 1000.0)
+    assert out[F["c1"], 1] == 0.0
+
+
+def test_counter_going_backwards_is_dropped_and_counted():
+    b = batch(instructions=[0, 100, 50, 150], cycles=[0, 100, 200, 300])
+    state = DecoderState()
+    out = decode(b, state, 1000.0)
+    assert list(out[F["d_instructions"]]) == [0, 100, 0, 100]
+    assert np.isnan(out[F["cpi"], 2])
+    assert state.dropped() == {"instructions": 1}
+
+
+def test_missing_value_drops_both_deltas_around_it():
+    b = batch(instructions=[0, 100, M, 300, 400], cycles=[0, 100, 200, 300, 400])
+    state = DecoderState()
+    out = decode(b, state, 1000.0)
+    assert list(out[F["d_instructions"]]) == [0, 100, 0, 0, 100]
+    assert state.unread[COUNTERS.index("instructions")] == 1
+    assert state.dropped() == {}
+
+
+def test_deltas_are_per_cpu_and_carry_across_batches():
+    state = DecoderState()
+    first = batch(cpu=np.array([0, 1]), instructions=[100, 1000])
+    second = batch(cpu=np.array([1, 0]), instructions=[1500, 160])
+    decode(first, state, 1000.0)
+    out = decode(second, state, 1000.0)
+    assert list(out[F["d_instructions"]]) == [500, 60]
+
+
+def test_voltage_zero_or_missing_is_unknown():
+    out = decode(batch(perf_status=[0, M]), DecoderState(), 1000.0)
+    assert np.isnan(out[F["voltage_mv"]]).all()
+
+
+counter = st.lists(st.integers(0, 2**40), min_size=1, max_size=60)
+
+
+@given(st.data())
+def test_kernel_matches_reference(data):
+    n = data.draw(st.integers(1, 60))
+    cols = {name: data.draw(st.lists(st.integers(0, 2**40) | st.just(M), min_size=n, max_size=n))
+            for name in COUNTERS}
+    cols["perf_status"] = data.draw(st.lists(st.integers(0, 2**48), min_size=n, max_size=n))
+    cpu = np.array(data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), np.int32)
+    b = batch(cpu=cpu, **cols)
+    got = decode(b, DecoderState(), 2500.0)
+    want = reference.decode(b, 2500.0)
+    assert np.allclose(got, want, equal_nan=True, rtol=1e-12)

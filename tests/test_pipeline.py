@@ -1,0 +1,89 @@
+"""The pipeline against the numpy reference, and its batch-independence."""
+
+import numpy as np
+import pytest
+
+from phasewatch import metadata as md, reference, synthetic
+from phasewatch.batch import concat
+from phasewatch.params import DetectorParams, IntervalParams, Params
+from phasewatch.pipeline import Intervals, Pipeline
+
+META = synthetic.metadata(100_000_000)
+
+
+@pytest.fixture(scope="module")
+def samples():
+    return concat(list(synthetic.generate()))
+
+
+def params(detector="vpf", adaptive=False, interval=None):
+    return Params(interval=interval or IntervalParams(), histograms=md.histogram_params(META),
+                  detector=DetectorParams(detector=detector, adaptive=adaptive))
+
+
+def run(batch, p, chunk=None):
+    pipe = Pipeline(p, synthetic.BASE_MHZ)
+    if chunk is None:
+        return pipe.feed(batch), pipe
+    parts = [pipe.feed(batch.slice(a, a + chunk)) for a in range(0, len(batch), chunk)]
+    return Intervals.join(parts), pipe
+
+
+@pytest.mark.parametrize("detector", ["vpf", "vpf-ip"])
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_pipeline_matches_reference(samples, detector, adaptive):
+    p = params(detector, adaptive)
+    got, _ = run(samples, p)
+    phase, dist, new, ends = reference.detect(samples, p, synthetic.BASE_MHZ)
+    assert np.array_equal(got.phase, phase)
+    assert np.array_equal(got.new_phase, new)
+    assert np.allclose(got.distance, dist, equal_nan=True)
+    assert np.array_equal(got.t_end_ns, samples["t_ns"][ends])
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1000])
+def test_result_does_not_depend_on_batching(samples, chunk):
+    p = params("vpf-ip")
+    whole, _ = run(samples, p)
+    pieces, _ = run(samples, p, chunk)
+    for field in ("t_start_ns", "t_end_ns", "instructions", "samples", "phase", "new_phase"):
+        assert np.array_equal(getattr(whole, field), getattr(pieces, field)), field
+
+
+def test_intervals_follow_the_schedule(samples):
+    got, pipe = run(samples, params("vpf-ip"))
+    assert len(got) == len(synthetic.labels())
+    assert got.instructions.sum() == len(got) * 100_000_000
+    per_sample = np.diff(samples["instructions"].astype(np.int64)).max()
+    assert (np.abs(got.instructions - 100_000_000) <= per_sample).all()
+    assert got.index.tolist() == list(range(len(got)))
+    assert len(pipe.finish()) == 0                  # the schedule ends on an interval end
+
+
+def test_vpf_cannot_tell_same_signature_apart_but_vpf_ip_can(samples):
+    labels = np.array(synthetic.labels())
+    vpf, _ = run(samples, params("vpf"))
+    ip, _ = run(samples, params("vpf-ip"))
+    a, b = labels == "compute-a", labels == "compute-b"
+    assert set(vpf.phase[a]) == set(vpf.phase[b])
+    assert not set(ip.phase[a]) & set(ip.phase[b])
+    assert len(set(ip.phase[a])) == 1 and len(set(ip.phase[b])) == 1
+
+
+def test_time_intervals(samples):
+    p = params(interval=IntervalParams(kind="time", ns=50_000_000))
+    got, pipe = run(samples, p)
+    t = samples["t_ns"]
+    assert len(got) == (t[-1] - t[0]) // 50_000_000
+    assert (np.diff(got.t_end_ns) >= 49_000_000).all()
+    phase, _, _, ends = reference.detect(samples, p, synthetic.BASE_MHZ)
+    assert np.array_equal(got.phase, phase)
+
+
+def test_trailing_partial_interval_is_reported_apart(samples):
+    cut = samples.slice(0, len(samples) - 5)
+    got, pipe = run(cut, params())
+    tail = pipe.finish()
+    assert len(got) == len(synthetic.labels()) - 1
+    assert len(tail) == 1 and tail.partial and tail.phase[0] == -1
+    assert 0 < tail.instructions[0] < 100_000_000

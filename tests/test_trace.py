@@ -1,0 +1,118 @@
+"""The trace format: round trips, other tools, and traces cut off mid-write."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pyarrow.feather as feather
+import pytest
+
+from phasewatch import synthetic
+from phasewatch.batch import concat
+from phasewatch.errors import UserError
+from phasewatch.trace import TraceReader, TraceWriter
+
+META = synthetic.metadata(100_000_000)
+
+
+def write(path, batches, **kw):
+    batches = list(batches)
+    with TraceWriter(str(path), META, batches[0].signals, **kw) as w:
+        for b in batches:
+            w.write(b)
+    return concat(batches)
+
+
+def test_round_trip_keeps_raw_columns_and_metadata(tmp_path):
+    path = tmp_path / "t.arrow"
+    original = write(path, synthetic.generate(), rows=500)
+    reader = TraceReader(str(path))
+    back = concat(list(reader.batches()))
+    assert reader.metadata == json.loads(json.dumps(META))
+    assert back.signals == original.signals
+    for name in original.signals:
+        assert np.array_equal(back[name], original[name]), name
+    assert not reader.truncated
+
+
+def test_pandas_and_duckdb_read_a_trace_without_phasewatch(tmp_path):
+    path = tmp_path / "t.arrow"
+    original = write(path, synthetic.generate())
+    code = textwrap.dedent(f"""
+        import json, duckdb, pandas, pyarrow.feather
+        df = pandas.read_feather({str(path)!r})
+        trace = pyarrow.feather.read_table({str(path)!r})
+        n, top = duckdb.sql("select count(*), max(instructions) from trace").fetchall()[0]
+        meta = json.loads(trace.schema.metadata[b"phasewatch"])
+        print(len(df), n, top, meta["base_freq_mhz"])
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": ""}, cwd=tmp_path)
+    rows, n, top, base = out.stdout.split()
+    assert int(rows) == int(n) == len(original)
+    assert int(top) == int(original["instructions"][-1])
+    assert float(base) == synthetic.BASE_MHZ
+
+
+def test_truncated_trace_replays_complete_batches_with_a_warning(tmp_path):
+    path = tmp_path / "t.arrow"
+    write(path, synthetic.generate(), rows=1000)
+    data = path.read_bytes()
+    cut = tmp_path / "cut.arrow"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    warnings = []
+    reader = TraceReader(str(cut), warn=warnings.append)
+    rows = sum(len(b) for b in reader.batches())
+    assert reader.truncated
+    sizes = [r.num_rows for r in TraceReader(str(path)).record_batches()]
+    assert rows in np.cumsum(sizes)[:-1]
+    assert len(warnings) == 1 and "cut off mid-write" in warnings[0]
+    assert f"({rows} samples)" in warnings[0]
+
+
+WRITER = """
+import sys, time
+from phasewatch import synthetic
+from phasewatch.trace import TraceWriter
+batches = list(synthetic.generate())
+w = TraceWriter(sys.argv[1], synthetic.metadata(100_000_000), batches[0].signals, rows=1)
+for i, b in enumerate(batches * 1000):
+    w.write(b)
+    if i == 3:
+        print("written", flush=True)
+    time.sleep(0.01)
+"""
+
+
+def test_writer_killed_mid_run_loses_at_most_the_batch_in_flight(tmp_path):
+    path = tmp_path / "killed.arrow"
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "written"
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    warnings = []
+    reader = TraceReader(str(path), warn=warnings.append)
+    batches = list(reader.batches())
+    assert reader.truncated and warnings
+    assert len(batches) >= 1 and all(len(b) > 0 for b in batches)
+
+
+def test_full_disk_is_a_one_line_error(tmp_path):
+    batches = list(synthetic.generate())
+    with pytest.raises(UserError, match=r"cannot write trace /dev/full: .*space"):
+        w = TraceWriter("/dev/full", META, batches[0].signals, rows=1)
+        w.write(batches[0])
+
+
+def test_unknown_arrow_file_is_rejected(tmp_path):
+    import pyarrow as pa
+    path = tmp_path / "other.arrow"
+    feather.write_feather(pa.table({"x": [1, 2]}), str(path))
+    with pytest.raises(UserError, match="not a phasewatch trace"):
+        TraceReader(str(path))
