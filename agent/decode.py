@@ -29,13 +29,20 @@ PROFILE_COUNTERS = ("mperf", "pperf", "instructions", "cycles")
 
 
 class DecoderState:
-    """Previous raw counter values per CPU, and counts of dropped deltas.
-    Only ``counters`` are decoded; the derived values of the others are NaN."""
+    """Previous raw counter values per counter owner, and counts of dropped
+    deltas.  The owner is the CPU (``scope="cpu"``: MSRs, system-wide perf
+    counters) or the thread (``scope="thread"``: perf counters that follow a
+    task).  Only ``counters`` are decoded; the values derived from the others
+    are NaN."""
 
-    def __init__(self, max_cpu: int = 0, counters=COUNTERS):
+    def __init__(self, counters=COUNTERS, scope: str = "cpu"):
+        if scope not in ("cpu", "thread"):
+            raise ValueError(f"counter scope {scope!r}: 'cpu' or 'thread'")
         self.decoded = tuple(k for k, name in enumerate(COUNTERS) if name in counters)
-        self.prev = np.zeros((max_cpu + 1, len(COUNTERS)), np.uint64)
-        self.prev_ok = np.zeros((max_cpu + 1, len(COUNTERS)), np.bool_)
+        self.scope = scope
+        self.owners = np.zeros(0, np.int64)       # thread ids, in slot order
+        self.prev = np.zeros((1, len(COUNTERS)), np.uint64)
+        self.prev_ok = np.zeros((1, len(COUNTERS)), np.bool_)
         self.backwards = np.zeros(len(COUNTERS), np.int64)
         self.unread = np.zeros(len(COUNTERS), np.int64)
         self._deltas = np.empty((len(COUNTERS), 0))
@@ -51,10 +58,27 @@ class DecoderState:
         deltas.fill(np.nan)
         return deltas, self._out[:, :n]
 
-    def ensure_cpu(self, max_cpu: int) -> None:
-        if max_cpu < len(self.prev):
+    def slots(self, batch: SampleBatch) -> np.ndarray:
+        """Each row's slot in ``prev``: its CPU, or a slot given to its thread."""
+        if self.scope == "cpu":
+            slots = np.ascontiguousarray(batch["cpu"])
+        else:
+            slots = self._thread_slots(batch["tid"])
+        if len(slots):
+            self._grow(int(slots.max()) + 1)
+        return slots
+
+    def _thread_slots(self, tids: np.ndarray) -> np.ndarray:
+        seen = np.unique(tids)
+        new = seen[~np.isin(seen, self.owners)]
+        self.owners = np.concatenate([self.owners, new])
+        order = np.argsort(self.owners, kind="stable")
+        return order[np.searchsorted(self.owners, tids, sorter=order)].astype(np.int32)
+
+    def _grow(self, size: int) -> None:
+        if size <= len(self.prev):
             return
-        grow = max_cpu + 1 - len(self.prev)
+        grow = size - len(self.prev)
         self.prev = np.vstack([self.prev, np.zeros((grow, len(COUNTERS)), np.uint64)])
         self.prev_ok = np.vstack([self.prev_ok, np.zeros((grow, len(COUNTERS)), np.bool_)])
 
@@ -68,15 +92,13 @@ def decode(batch: SampleBatch, state: DecoderState, base_mhz: float,
     """Decode a batch into a float array of shape (len(FIELDS), rows), one
     contiguous row per field.  It is the state's scratch space: valid until the
     next call."""
-    cpu = np.ascontiguousarray(batch["cpu"])
-    n = len(cpu)
-    if n:
-        state.ensure_cpu(int(cpu.max()))
+    owner = state.slots(batch)
+    n = len(owner)
     deltas, out = state.scratch(n)
     for k in state.decoded:
         col = batch.get(COUNTERS[k])
         if col is not None:
-            _delta_kernel(np.ascontiguousarray(col), cpu, k, state.prev, state.prev_ok,
+            _delta_kernel(np.ascontiguousarray(col), owner, k, state.prev, state.prev_ok,
                           state.backwards, state.unread, deltas[k])
     status = batch.get("perf_status") if voltage_from_perf_status else None
     status = np.ascontiguousarray(status) if status is not None else _EMPTY_U64
@@ -85,13 +107,14 @@ def decode(batch: SampleBatch, state: DecoderState, base_mhz: float,
 
 
 @numba.njit(cache=True, nogil=True)
-def _delta_kernel(values, cpu, k, prev, prev_ok, backwards, unread, out):
-    """Per-CPU deltas of one counter; NaN where there is none to take.
-    The current CPU's previous value is kept in locals while rows stay on it."""
+def _delta_kernel(values, owner, k, prev, prev_ok, backwards, unread, out):
+    """Deltas of one counter against the owner's previous value; NaN where
+    there is none to take.  The current owner's previous value is kept in
+    locals while rows stay on it."""
     cur, p, ok = -1, np.uint64(0), False
     back, lost = 0, 0
     for i in range(len(values)):
-        c = cpu[i]
+        c = owner[i]
         if c != cur:
             if cur >= 0:
                 prev[cur, k], prev_ok[cur, k] = p, ok

@@ -56,11 +56,12 @@ class Intervals:
 class Pipeline:
     """Feed it sample batches; it returns the intervals each batch completed."""
 
-    def __init__(self, params: Params, base_mhz: float, voltage_from_perf_status: bool = True):
+    def __init__(self, params: Params, base_mhz: float, voltage_from_perf_status: bool = True,
+                 counter_scope: str = "cpu"):
         self.params = params
         self.base_mhz = float(base_mhz)
         self.voltage_from_perf_status = voltage_from_perf_status
-        self.decoder = DecoderState(counters=PROFILE_COUNTERS)
+        self.decoder = DecoderState(counters=PROFILE_COUNTERS, scope=counter_scope)
         self.accumulator = IntervalAccumulator(params.interval, params.histograms)
         self.layout: Layout = self.accumulator.layout
         self.classifier = ClassifierState(self.layout.width, len(SEGMENTS), params.detector)

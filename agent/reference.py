@@ -18,10 +18,12 @@ from .intervals import SEGMENT_KINDS, Layout
 from .params import Params
 
 
-def decode(batch: SampleBatch, base_mhz: float, voltage_from_perf_status: bool = True) -> np.ndarray:
+def decode(batch: SampleBatch, base_mhz: float, voltage_from_perf_status: bool = True,
+           scope: str = "cpu") -> np.ndarray:
     n = len(batch)
     out = np.full((len(FIELDS), n), np.nan)
-    deltas = {name: _deltas(batch, name) for name in COUNTERS}
+    owner = batch["cpu"] if scope == "cpu" else batch["tid"]
+    deltas = {name: _deltas(batch, name, owner) for name in COUNTERS}
     if voltage_from_perf_status and "perf_status" in batch:
         status = batch["perf_status"]
         raw = ((status >> np.uint64(32)) & np.uint64(0xFFFF)).astype(np.float64)
@@ -44,13 +46,13 @@ def decode(batch: SampleBatch, base_mhz: float, voltage_from_perf_status: bool =
     return out
 
 
-def _deltas(batch: SampleBatch, name: str) -> np.ndarray:
+def _deltas(batch: SampleBatch, name: str, owner: np.ndarray) -> np.ndarray:
     d = np.full(len(batch), np.nan)
     if name not in batch:
         return d
-    values, cpu = batch[name], batch["cpu"]
-    for c in np.unique(cpu):
-        rows = np.flatnonzero(cpu == c)
+    values = batch[name]
+    for c in np.unique(owner):
+        rows = np.flatnonzero(owner == c)
         v = values[rows]
         good = v[1:] != MISSING
         good &= v[:-1] != MISSING

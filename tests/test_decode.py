@@ -14,7 +14,7 @@ def batch(**cols):
     n = len(next(iter(cols.values())))
     cols.setdefault("t_ns", np.arange(n) * 1_000_000)
     cols.setdefault("cpu", np.zeros(n))
-    return SampleBatch({k: np.asarray(v, dtype=np.uint64) if k not in ("t_ns", "cpu") else v
+    return SampleBatch({k: np.asarray(v, dtype=np.uint64) if k not in ("t_ns", "cpu", "tid") else v
                         for k, v in cols.items()})
 
 
@@ -67,6 +67,16 @@ def test_deltas_are_per_cpu_and_carry_across_batches():
     assert list(out[F["d_instructions"]]) == [500, 60]
 
 
+def test_thread_counters_take_deltas_per_thread():
+    state = DecoderState(scope="thread")
+    b = batch(cpu=np.array([0, 0, 1, 1]), tid=np.array([70000, 12, 70000, 12], np.int32),
+              instructions=[1000, 50, 1600, 80])
+    out = decode(b, state, 1000.0)
+    assert list(out[F["d_instructions"]]) == [0, 0, 600, 30]
+    again = batch(cpu=np.array([0]), tid=np.array([12], np.int32), instructions=[100])
+    assert list(decode(again, state, 1000.0)[F["d_instructions"]]) == [20]
+
+
 def test_voltage_zero_or_missing_is_unknown():
     out = decode(batch(perf_status=[0, M]), DecoderState(), 1000.0)
     assert np.isnan(out[F["voltage_mv"]]).all()
@@ -82,7 +92,9 @@ def test_kernel_matches_reference(data):
             for name in COUNTERS}
     cols["perf_status"] = data.draw(st.lists(st.integers(0, 2**48), min_size=n, max_size=n))
     cpu = np.array(data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), np.int32)
-    b = batch(cpu=cpu, **cols)
-    got = decode(b, DecoderState(), 2500.0)
-    want = reference.decode(b, 2500.0)
+    tid = np.array(data.draw(st.lists(st.integers(1, 4_000_000), min_size=n, max_size=n)), np.int32)
+    scope = data.draw(st.sampled_from(["cpu", "thread"]))
+    b = batch(cpu=cpu, tid=tid, **cols)
+    got = decode(b, DecoderState(scope=scope), 2500.0)
+    want = reference.decode(b, 2500.0, scope=scope)
     assert np.allclose(got, want, equal_nan=True, rtol=1e-12)
