@@ -1,11 +1,233 @@
-"""`phasewatch run` (being built)."""
+"""``phasewatch run -- CMD``: start a command, watch it, and tell its phases.
 
+CMD is started paused before exec (pinned to one CPU unless ``--no-pin``), the
+perf sampling events are attached to it with enable-on-exec and inherited by
+its threads and children, and then it runs.  Samples go through the same
+pipeline, with the same parameters, as ``phasewatch replay`` would use on the
+recorded trace, so a recording replays to the same phases.
+
+Where the host counts no retired instructions (no hardware PMU), intervals end
+on time instead; where it has no voltage or productive frequency (no MSRs),
+the ``vpf`` detector gives way to ``vpf-ip``.  Both are said once at start.
+
+Limitation: with a process target the instruction and cycle counts in the
+samples are per thread while the decoder takes deltas per CPU.  For a single
+pinned thread (the default) the two agree; for a multi-threaded CMD on a host
+with a PMU, CPI and instruction-based interval ends are approximate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import time
+
+from rich.markup import escape
+
+from . import detectors, metadata as md
+from .child import Child
+from .cmd_replay import (_finite, add_detector_arguments, detector_params, interval_params,
+                         open_output, summary_dict, warn)
+from .collectors.cpuinfo import base_frequency_hz, read_cpuinfo
+from .collectors.perf_source import PerfSource
 from .errors import UserError
+from .live import LiveRun, SourceThread
+from .params import HistogramParams, IntervalParams, Params
+from .phase_functions import PhaseFunctions
+from .pipeline import Pipeline
+from .report import console, phase_table, summary_lines
+from .results import JsonLinesSink, PhaseSummary
+from .status import StatusLine
+from .symbols import Symbolizer
+from .trace import TraceWriter
+
+SAMPLE_RATE_HZ = 1000
+TOP_FUNCTIONS = 3
+#: Width of the table when stdout is a file or pipe (a terminal's own width otherwise).
+PIPE_WIDTH = 120
+
+#: Signals of the design that a run may lack, and the raw columns each needs.
+OPTIONAL_SIGNALS = {
+    "core voltage": ("perf_status",),
+    "productive frequency": ("aperf", "mperf", "pperf"),
+    "instructions and cycles (CPI)": ("instructions", "cycles"),
+}
 
 
-def add_arguments(parser):
-    parser.add_argument("rest", nargs="*")
+def add_arguments(parser) -> None:
+    parser.add_argument("--cpu", type=int, metavar="N",
+                        help="pin CMD to CPU N (default: the least loaded CPU)")
+    parser.add_argument("--no-pin", action="store_true", help="let CMD run on any CPU")
+    add_detector_arguments(parser)
+    parser.add_argument("--record", metavar="TRACE",
+                        help="also write the raw samples to TRACE, for 'phasewatch replay'")
+    parser.add_argument("--json", action="store_true",
+                        help="print the summary as JSON instead of the phase table")
+    parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
+                        help="the command to run and watch")
 
 
 def run(args) -> int:
-    raise UserError("'run' is not available in this build yet")
+    argv = command_of(args)
+    check_arguments(args)
+    with Child.start(argv, cpu=args.cpu, pin=not args.no_pin) as child:
+        source = PerfSource(pid=child.pid, enable_on_exec=True, rate_hz=SAMPLE_RATE_HZ)
+        try:
+            return watch(args, child, source)
+        finally:
+            if child.returncode is None:
+                child.stop(signal.SIGKILL, grace=0)
+
+
+def command_of(args) -> list[str]:
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise UserError("no command given: put it after '--', e.g. phasewatch run -- ./prog ARGS")
+    return argv
+
+
+def check_arguments(args) -> None:
+    """Reject bad options before anything is started."""
+    if args.cpu is not None and args.no_pin:
+        raise UserError("--cpu and --no-pin contradict each other: give one of them")
+    detector_params(args)
+    interval_params(args, IntervalParams(), ("instructions",), warn=lambda msg: None)
+
+
+def watch(args, child: Child, source: PerfSource) -> int:
+    signals = ("t_ns", "cpu", "tid", "ip") + tuple(source.counted)
+    detector = choose_detector(args.detector, signals)
+    interval = interval_params(args, IntervalParams(), signals, warn)
+    child.release()
+    meta = run_metadata(child, source, signals, interval)
+    pipeline = pipeline_for(meta, args, detector)
+    symbolizer = Symbolizer.from_pid(child.pid)
+    summary, functions = PhaseSummary(), PhaseFunctions(symbolizer)
+    out = open_output(args.output)
+    sinks = [summary] + ([JsonLinesSink(out)] if out else [])
+    trace = TraceWriter(args.record, meta, signals) if args.record else None
+    feed = SourceThread(source.batches()).start()
+    status = StatusLine(os.path.basename(child.argv[0]))
+    live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
+                   status=status, lost_samples=lambda: source.stats()["lost_samples"],
+                   every_second=symbolizer.snapshot)
+    try:
+        with child.forward_signals() as forwarder, status:
+            live.run()
+            exit_status = child.wait()
+        live.finish()
+    finally:
+        if child.returncode is None:
+            child.stop(signal.SIGKILL, grace=0)
+        if feed.join(timeout=5.0):
+            source.close()
+        for sink in sinks:
+            sink.close()
+        if out:
+            out.close()
+        if trace:
+            trace.close()
+    run_info = {
+        "command": child.argv, "exit_status": exit_status,
+        "interrupted": forwarder.interrupted,
+        "seconds": ((child.ended_ns or time.monotonic_ns()) - (child.started_ns or 0)) / 1e9,
+        "detector": detector, "interval": interval.describe(), "signals": list(signals),
+        "missing_signals": missing_signals(signals),
+        "samples_lost": {"ring": source.stats()["lost_samples"], "queue": feed.dropped_samples},
+        "trace": args.record,
+    }
+    report(args, run_info, summary, pipeline, functions)
+    return exit_status
+
+
+def choose_detector(requested: str, signals) -> str:
+    """``vpf`` gives way to ``vpf-ip`` where the host has neither voltage nor
+    productive frequency but IP samples (a virtual machine)."""
+    if (requested == "vpf" and not detectors.usable_segments("vpf", signals)
+            and detectors.usable_segments("vpf-ip", signals)):
+        warn("no core voltage or productive frequency on this host (no MSR access): "
+             "detecting phases from instruction pointers (--detector vpf-ip)")
+        requested = "vpf-ip"
+    detectors.check_signals(requested, signals)
+    return requested
+
+
+def missing_signals(signals) -> list[str]:
+    have = set(signals)
+    return [name for name, columns in OPTIONAL_SIGNALS.items() if not set(columns) <= have]
+
+
+def program_text_range(pid: int) -> tuple[int, int] | None:
+    """The run-time .text of CMD's executable, so that replay folds IPs over the
+    same range; None if CMD ended before its maps could be read."""
+    try:
+        return Symbolizer.from_pid(pid).text_range()
+    except LookupError:
+        return None
+
+
+def run_metadata(child: Child, source: PerfSource, signals, interval: IntervalParams) -> dict:
+    info = read_cpuinfo()
+    model = info.cpu_model()
+    base_hz, _ = base_frequency_hz()
+    text = program_text_range(child.pid)
+    return md.new(
+        cpu={"vendor": info.vendor, "family": info.family, "model": info.model,
+             "model_name": info.model_name, "model_key": model.key},
+        base_freq_mhz=base_hz / 1e6 if base_hz else None,
+        signals={name: "perf" for name in signals},
+        interval=interval,
+        histograms=HistogramParams.for_model(model, text_range=text),
+        text_range=list(text) if text else None,
+        command=child.argv, pinned_cpu=child.cpu, sampling=source.metadata)
+
+
+def pipeline_for(meta: dict, args, detector: str) -> Pipeline:
+    """The pipeline replay builds from the same metadata and options."""
+    params = Params(interval=md.interval_params(meta), histograms=md.histogram_params(meta),
+                    detector=detector_params(argparse.Namespace(**{**vars(args),
+                                                                  "detector": detector})))
+    return Pipeline(params, base_mhz=meta.get("base_freq_mhz") or 0.0,
+                    voltage_from_perf_status=md.cpu_model(meta).voltage_source == "perf_status")
+
+
+def top_functions_cell(top: list[tuple[str, float]]) -> str:
+    """``region_a 97%, region_b 2%``: the functions that round to at least 1 %."""
+    shown = [f"{escape(name)} {100 * share:.0f}%" for name, share in top if share >= 0.005]
+    return ", ".join(shown) or "-"
+
+
+def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
+           functions: PhaseFunctions) -> None:
+    tops = [functions.top(row["phase"], TOP_FUNCTIONS) for row in summary.table()]
+    if args.json:
+        result = {**run_info, **summary_dict(summary, pipeline, None)}
+        result.pop("ari")
+        for row, top in zip(result["phases"], tops):
+            row["top_functions"] = [{"name": name, "share": share} for name, share in top]
+        print(json.dumps(_finite(result), indent=2))
+        return
+    out = console()
+    if not out.is_terminal:
+        out.width = max(out.width, PIPE_WIDTH)
+    end = ("interrupted, " if run_info["interrupted"] else "") + f"exit status {run_info['exit_status']}"
+    out.print(f"{' '.join(run_info['command'])}: {end}, {run_info['seconds']:.1f} s, "
+              f"{pipeline.samples:,} samples, {summary.n_intervals} intervals "
+              f"{pipeline.params.interval.describe()}, detector {run_info['detector']}, "
+              f"threshold {pipeline.threshold:.3f}")
+    if run_info["missing_signals"]:
+        out.print("missing on this host: " + ", ".join(run_info["missing_signals"]))
+    out.print(phase_table(summary, extra_columns={
+        "top functions": [top_functions_cell(top) for top in tops]}))
+    for line in summary_lines(summary, pipeline.dropped()):
+        out.print(line)
+    lost = run_info["samples_lost"]
+    if lost["ring"] or lost["queue"]:
+        out.print(f"samples lost: {lost['ring']} in the kernel ring buffers, "
+                  f"{lost['queue']} in the agent's queue")
+    if run_info["trace"]:
+        out.print(f"trace: {run_info['trace']}")
