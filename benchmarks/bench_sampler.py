@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from phasewatch.collectors import msr
-from phasewatch.collectors.launch import spawn_paused
+from phasewatch.child import Child
 from phasewatch.collectors.perf_source import PerfSource
 from phasewatch.collectors.sampler import Sampler
 
@@ -99,7 +99,7 @@ BUSY = [sys.executable, "-c", "n = 0\nfor i in range(40_000_000): n += i"]
 def bench_perf(runs: int) -> dict:
     per_sample, rates = [], []
     for _ in range(runs):
-        child = spawn_paused(BUSY)
+        child = Child.start(BUSY, pin=False)
         src = PerfSource(pid=child.pid, enable_on_exec=True, event="auto", wakeup=64)
         child.release()
         c0, t0 = cpu_seconds(), time.monotonic()
@@ -108,7 +108,7 @@ def bench_perf(runs: int) -> dict:
         ours, wall = cpu_seconds() - c0, time.monotonic() - t0
         samples = src.stats()["samples"]
         src.close()
-        child.popen.wait()
+        child.wait()
         per_sample.append(ours / samples * 1e6)
         rates.append(samples / wall)
     us = statistics.median(per_sample)

@@ -97,7 +97,7 @@ class PerfSource:
     ``msr_pmu``: attach tsc/aperf/mperf/pperf from the kernel's msr PMU where
     it exposes them (no msr module, no CAP_SYS_RAWIO needed).
     ``enable_on_exec``: start counting when ``pid`` calls exec (a child
-    started by :func:`launch.spawn_paused`).
+    started paused by :meth:`phasewatch.child.Child.start`).
     ``cycles_hz`` turns ``rate_hz`` into a cycles period (default: the base
     frequency); ``period`` sets the sampling period directly instead.
     """

@@ -13,7 +13,7 @@ import pytest
 from phasewatch.batch import concat
 from phasewatch.collectors import perf_event as pe
 from phasewatch.collectors import perf_msr
-from phasewatch.collectors.launch import spawn_paused
+from phasewatch.child import Child
 from phasewatch.collectors.perf_source import PerfSource, interval_ends
 from phasewatch.errors import UserError
 
@@ -48,7 +48,7 @@ def executable_ranges(pid: int) -> list[tuple[int, int]]:
 def sample_child(argv, **kwargs):
     """Run argv to the end under a PerfSource; the batches, the child's
     executable mappings (seen while it ran) and its rusage."""
-    child = spawn_paused(argv)
+    child = Child.start(argv, pin=False)
     src = PerfSource(pid=child.pid, enable_on_exec=True, **kwargs)
     child.release()
     batches, maps = [], []
@@ -104,12 +104,12 @@ def test_threads_are_followed(abab):
 
 
 def test_readers_wake_per_batch_not_per_sample():
-    child = spawn_paused(BUSY)
+    child = Child.start(BUSY, pin=False)
     src = PerfSource(pid=child.pid, enable_on_exec=True, event="cpu-clock", wakeup=64)
     child.release()
     sizes = [len(b) for b in src.batches()]
     src.close()
-    child.popen.wait()
+    child.wait()
     assert np.median(sizes) >= 32, sizes
 
 
@@ -126,7 +126,8 @@ def test_msr_pmu_counters_ride_in_each_sample():
 
 def test_system_wide_on_given_cpus():
     src = PerfSource(cpus=[0], event="cpu-clock", include_kernel=True)
-    child = spawn_paused(["taskset", "-c", "0"] + BUSY[:2] + ["import time\nt=time.time()\nwhile time.time()-t<0.5: pass"])
+    child = Child.start(["taskset", "-c", "0"] + BUSY[:2]
+                        + ["import time\nt=time.time()\nwhile time.time()-t<0.5: pass"], pin=False)
     child.release()
     got, deadline = [], time.monotonic() + 1.0
     for batch in src.batches():
@@ -134,7 +135,7 @@ def test_system_wide_on_given_cpus():
         if time.monotonic() > deadline:
             break
     src.close()
-    child.popen.wait()
+    child.wait()
     batch = concat(got)
     assert set(batch["cpu"].tolist()) == {0}
     assert len(batch) > 500                    # cpu 0 is sampled, idle or busy
@@ -143,7 +144,7 @@ def test_system_wide_on_given_cpus():
 
 def test_interval_ends_every_n_events():
     """Software task-clock stands in for instructions here: one row per 50 ms."""
-    child = spawn_paused(BUSY)
+    child = Child.start(BUSY, pin=False)
     src = interval_ends(child.pid, event="task-clock", instructions=50_000_000,
                         enable_on_exec=True, include_kernel=True)
     child.release()
@@ -187,10 +188,10 @@ def test_cycles_sampling_carries_instructions_and_cycles():
 
 @pytest.mark.skipif(NO_PMU is not None, reason=NO_PMU or "")
 def test_instruction_overflow_every_n_instructions():
-    child = spawn_paused(BUSY)
+    child = Child.start(BUSY, pin=False)
     src = interval_ends(child.pid, instructions=100_000_000, enable_on_exec=True)
     child.release()
     ends = concat(list(src.batches()))
     src.close()
-    child.popen.wait()
+    child.wait()
     assert len(ends) >= 5         # 15M iterations of a Python loop are billions of instructions
