@@ -52,11 +52,9 @@ class DecoderState:
         """Work arrays for ``n`` rows, reused from batch to batch: fresh memory
         costs a page fault per page, more than decoding it."""
         if n > self._out.shape[1]:
-            self._deltas = np.empty((len(COUNTERS), n))
+            self._deltas = np.full((len(COUNTERS), n), np.nan)
             self._out = np.empty((len(FIELDS), n))
-        deltas = self._deltas[:, :n]
-        deltas.fill(np.nan)
-        return deltas, self._out[:, :n]
+        return self._deltas[:, :n], self._out[:, :n]
 
     def slots(self, batch: SampleBatch) -> np.ndarray:
         """Each row's slot in ``prev``: its CPU, or a slot given to its thread."""
@@ -95,11 +93,15 @@ def decode(batch: SampleBatch, state: DecoderState, base_mhz: float,
     owner = state.slots(batch)
     n = len(owner)
     deltas, out = state.scratch(n)
+    one_owner = n > 0 and owner[0] == owner[-1] and (owner == owner[0]).all()
     for k in state.decoded:
         col = batch.get(COUNTERS[k])
-        if col is not None:
-            _delta_kernel(np.ascontiguousarray(col), owner, k, state.prev, state.prev_ok,
-                          state.backwards, state.unread, deltas[k])
+        if col is None:
+            deltas[k].fill(np.nan)
+            continue
+        kernel = _delta_one_owner if one_owner else _delta_kernel
+        kernel(np.ascontiguousarray(col), owner, k, state.prev, state.prev_ok,
+               state.backwards, state.unread, deltas[k])
     status = batch.get("perf_status") if voltage_from_perf_status else None
     status = np.ascontiguousarray(status) if status is not None else _EMPTY_U64
     _derive_kernel(deltas, status, float(base_mhz), 3 in state.decoded, out)
@@ -134,6 +136,31 @@ def _delta_kernel(values, owner, k, prev, prev_ok, backwards, unread, out):
         prev[cur, k], prev_ok[cur, k] = p, ok
     backwards[k] += back
     unread[k] += lost
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _delta_one_owner(values, owner, k, prev, prev_ok, backwards, unread, out):
+    """_delta_kernel for rows that all share one owner, written so that LLVM
+    vectorises it: the common case of one CPU or one thread per batch."""
+    n = len(values)
+    c = owner[0]
+    lost = 0
+    for i in range(n):
+        lost += values[i] == _MISSING
+    if lost:
+        _delta_kernel(values, owner, k, prev, prev_ok, backwards, unread, out)
+        return
+    out[0] = np.nan
+    if prev_ok[c, k]:
+        out[0] = float(values[0] - prev[c, k]) if values[0] >= prev[c, k] else np.nan
+        backwards[k] += values[0] < prev[c, k]
+    back = 0
+    for i in range(1, n):
+        a, b = values[i - 1], values[i]
+        out[i] = float(b - a) if b >= a else np.nan
+        back += b < a
+    backwards[k] += back
+    prev[c, k], prev_ok[c, k] = values[n - 1], True
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")

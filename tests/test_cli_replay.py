@@ -143,3 +143,10 @@ def test_vpf_on_ip_only_samples_says_what_to_use(tmp_path):
     csv = bad(tmp_path, "ip.csv", "t_ns,cpu,tid,ip\n1,0,1,4198400\n")
     proc = phasewatch("replay", csv, check=False)
     assert proc.returncode == 2 and "missing column" in proc.stderr
+
+
+def test_bundled_example_is_what_the_generator_makes(tmp_path):
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_example_trace.py"), "--csv",
+                    "--out", str(tmp_path / "synthetic-skylake.csv")], check=True, capture_output=True)
+    for name in ("synthetic-skylake.csv", "synthetic-skylake.labels.json"):
+        assert (tmp_path / name).read_bytes() == (ROOT / "examples" / name).read_bytes(), name
