@@ -6,7 +6,8 @@ PY        := $(VENV)/bin/python
 APT_LIST  := packaging/apt-packages.txt
 STAMP_APT := $(VENV)/.apt-installed
 STAMP_PIP := $(VENV)/.pip-installed
-EXAMPLE   := examples/synthetic-skylake.arrow
+EXAMPLE   := examples/synthetic-skylake
+BUILD     := build
 
 .PHONY: install demo test pytest bench kmod kmod-test clean
 
@@ -26,11 +27,17 @@ $(STAMP_PIP): $(STAMP_APT) setup.cfg pyproject.toml
 	$(PY) -c "import perf, numba, numpy, zmq, prometheus_client, psutil, pyarrow"
 	touch $@
 
-$(EXAMPLE): tools/make_example_trace.py | $(STAMP_PIP)
-	$(PY) tools/make_example_trace.py --out $@
-
-demo: install $(EXAMPLE)
-	$(VENV)/bin/phasewatch replay $(EXAMPLE) --labels examples/synthetic-skylake.labels.json
+# The demo: the bundled synthetic trace converted and replayed with both
+# detectors, then a real program (A, B, then A again) watched live.
+demo: install
+	mkdir -p $(BUILD)
+	$(VENV)/bin/phasewatch probe
+	$(VENV)/bin/phasewatch convert $(EXAMPLE).csv $(BUILD)/synthetic-skylake.arrow
+	$(VENV)/bin/phasewatch replay $(BUILD)/synthetic-skylake.arrow --labels $(EXAMPLE).labels.json
+	$(VENV)/bin/phasewatch replay $(BUILD)/synthetic-skylake.arrow --detector vpf-ip \
+		--labels $(EXAMPLE).labels.json --output $(BUILD)/synthetic-skylake.jsonl
+	$(MAKE) -s -C tests/workloads OUT=$(CURDIR)/$(BUILD)
+	$(VENV)/bin/phasewatch run --detector vpf-ip --record $(BUILD)/abab.arrow -- $(BUILD)/abab 1.5
 
 pytest: install
 	$(VENV)/bin/pytest
@@ -39,6 +46,8 @@ test: pytest kmod-test
 
 bench: install
 	$(PY) benchmarks/bench_replay.py
+	$(PY) benchmarks/bench_sampler.py
+	$(PY) benchmarks/bench_run.py
 
 kmod:
 	$(MAKE) -C kmod
@@ -47,5 +56,5 @@ kmod-test:
 	$(MAKE) -C kmod test
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(BUILD) *.egg-info
 	$(MAKE) -C kmod clean
