@@ -91,13 +91,13 @@ def repeat_schedule(min_samples: int, interval: int, schedule=SCHEDULE):
 
 
 def generate(schedule=SCHEDULE, interval: int = 100_000_000, seed: int = 1,
-             tid: int = 4242) -> Iterator[SampleBatch]:
+             tid: int = 4242, phases=PHASES) -> Iterator[SampleBatch]:
     """One batch per stretch of the schedule, counters cumulative across them."""
     rng = np.random.default_rng(seed)
     state = {"t": 0, "clocks": 0, "instr": 0, "pperf": 0, "energy": 0}
     yield _baseline(tid)
     for name, n in schedule:
-        yield _stretch(PHASES[name], n * interval, rng, state, tid)
+        yield _stretch(phases[name], n * interval, rng, state, tid)
 
 
 def _stretch(p: Phase, instructions: int, rng, state, tid) -> SampleBatch:

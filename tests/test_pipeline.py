@@ -87,3 +87,18 @@ def test_trailing_partial_interval_is_reported_apart(samples):
     assert len(got) == len(synthetic.labels()) - 1
     assert len(tail) == 1 and tail.partial and tail.phase[0] == -1
     assert 0 < tail.instructions[0] < 100_000_000
+
+
+def test_adaptive_threshold_separates_phases_the_fixed_one_merges():
+    from dataclasses import replace
+    from phasewatch.results import adjusted_rand_index
+    phases = dict(synthetic.PHASES)
+    phases["mixed-b"] = replace(phases["mixed"], name="mixed-b", voltage_mv=1030.0, productive=0.78)
+    schedule = (("mixed", 30), ("mixed-b", 30), ("mixed", 20), ("memory", 20), ("mixed-b", 20))
+    samples = concat(list(synthetic.generate(schedule, phases=phases)))
+    truth = synthetic.labels(schedule)
+    fixed, _ = run(samples, params("vpf"))
+    adaptive, pipe = run(samples, params("vpf", adaptive=True))
+    assert adjusted_rand_index(truth, fixed.phase) < 0.5
+    assert adjusted_rand_index(truth, adaptive.phase) > 0.95
+    assert pipe.threshold < 0.25
