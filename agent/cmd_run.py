@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import signal
-import time
 
 from rich.markup import escape
 
@@ -96,35 +95,39 @@ def check_arguments(args) -> None:
         raise UserError("--cpu and --no-pin contradict each other: give one of them")
     detector_params(args)
     interval_params(args, IntervalParams(), ("instructions",), warn=lambda msg: None)
+    for path in (args.record, args.output):
+        check_writable(path)
 
 
 def watch(args, child: Child, source: PerfSource) -> int:
     signals = ("t_ns", "cpu", "tid", "ip") + tuple(source.counted)
     detector = choose_detector(args.detector, signals)
     interval = interval_params(args, IntervalParams(), signals, warn)
-    child.release()
-    meta = run_metadata(child, source, signals, interval)
-    pipeline = pipeline_for(meta, args, detector)
-    symbolizer = Symbolizer.from_pid(child.pid)
-    summary, functions = PhaseSummary(), PhaseFunctions(symbolizer)
     out = open_output(args.output)
-    sinks = [summary] + ([JsonLinesSink(out)] if out else [])
-    trace = TraceWriter(args.record, meta, signals) if args.record else None
-    feed = SourceThread(source.batches()).start()
-    status = StatusLine(os.path.basename(child.argv[0]))
-    live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
-                   status=status, lost_samples=lambda: source.stats()["lost_samples"],
-                   every_second=symbolizer.snapshot)
+    sinks, trace, feed = [PhaseSummary()], None, None
     try:
-        with child.forward_signals() as forwarder, status:
-            live.run()
+        with child.forward_signals() as forwarder:
+            child.release()
+            meta = run_metadata(child, source, signals, interval)
+            pipeline = pipeline_for(meta, args, detector)
+            symbolizer = Symbolizer.from_pid(child.pid)
+            functions = PhaseFunctions(symbolizer)
+            sinks += [JsonLinesSink(out)] if out else []
+            trace = TraceWriter(args.record, meta, signals) if args.record else None
+            feed = SourceThread(source.batches()).start()
+            status = StatusLine(os.path.basename(child.argv[0]))
+            live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
+                           status=status, lost_samples=lambda: source.stats()["lost_samples"],
+                           every_second=symbolizer.snapshot)
+            with status:
+                live.run()
             exit_status = child.wait()
-        live.finish()
+            live.finish()
     finally:
         if child.returncode is None:
             child.stop(signal.SIGKILL, grace=0)
-        if feed.join(timeout=5.0):
-            source.close()
+        if feed is None or feed.join(timeout=5.0):
+            source.close()  # never under a reader still inside it
         for sink in sinks:
             sink.close()
         if out:
@@ -134,14 +137,20 @@ def watch(args, child: Child, source: PerfSource) -> int:
     run_info = {
         "command": child.argv, "exit_status": exit_status,
         "interrupted": forwarder.interrupted,
-        "seconds": ((child.ended_ns or time.monotonic_ns()) - (child.started_ns or 0)) / 1e9,
+        "seconds": (child.ended_ns - child.started_ns) / 1e9,
         "detector": detector, "interval": interval.describe(), "signals": list(signals),
         "missing_signals": missing_signals(signals),
         "samples_lost": {"ring": source.stats()["lost_samples"], "queue": feed.dropped_samples},
         "trace": args.record,
     }
-    report(args, run_info, summary, pipeline, functions)
+    report(args, run_info, sinks[0], pipeline, functions)
     return exit_status
+
+
+def check_writable(path: str | None) -> None:
+    """Fail on an output that cannot be written before CMD starts, not after."""
+    if path:
+        open_output(path).close()
 
 
 def choose_detector(requested: str, signals) -> str:

@@ -1,0 +1,189 @@
+"""``phasewatch run -- CMD`` as a user runs it: the real CLI, the real compiled
+abab (region A, then B, then A again), real perf events, real files.
+
+Which region each interval ran is told from abab's own ``--print-addrs`` and
+the IPs in the recorded trace, independently of phasewatch's detector.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from phasewatch.trace import TraceReader
+
+BIN = Path(sys.executable).parent / "phasewatch"
+REGION_BYTES = 4096   # region_a and region_b are page-aligned and smaller than a page
+TIMEOUT = 180
+
+
+def phasewatch(*args, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True,
+                          timeout=TIMEOUT, **kwargs)
+
+
+def results(path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def region_addresses(stdout: str) -> dict[str, int]:
+    """abab --print-addrs: one ``name 0xADDR`` line per region, before anything else."""
+    addrs = {}
+    for line in stdout.splitlines()[:3]:
+        name, addr = line.split()
+        addrs[name] = int(addr, 16)
+    return addrs
+
+
+def interval_regions(trace, intervals: list[dict], addrs: dict[str, int]) -> list[str]:
+    """Per interval, the region most of its IP samples fell in ('a', 'b' or '-').
+    Interval k holds the next ``samples`` rows of the trace after interval k-1's."""
+    reader = TraceReader(str(trace))
+    ips = np.concatenate([b["ip"] for b in reader.batches()])
+    reader.close()
+    in_a = (ips >= addrs["region_a"]) & (ips < addrs["region_a"] + REGION_BYTES)
+    in_b = (ips >= addrs["region_b"]) & (ips < addrs["region_b"] + REGION_BYTES)
+    labels, row = [], 0
+    for iv in intervals:
+        a, b = in_a[row:row + iv["samples"]].sum(), in_b[row:row + iv["samples"]].sum()
+        labels.append("a" if a > 0.8 * iv["samples"] else "b" if b > 0.8 * iv["samples"] else "-")
+        row += iv["samples"]
+    return labels
+
+
+def stretches(labels: list[str]) -> list[tuple[str, int, int]]:
+    """Maximal runs of one region: (region, first interval, last interval)."""
+    runs = []
+    for i, label in enumerate(labels):
+        if label == "-":
+            continue
+        if runs and runs[-1][0] == label and runs[-1][2] == i - 1:
+            runs[-1] = (label, runs[-1][1], i)
+        else:
+            runs.append((label, i, i))
+    return [r for r in runs if r[2] - r[1] >= 2]   # ignore blips of one or two intervals
+
+
+@pytest.fixture(scope="module")
+def watched(abab, tmp_path_factory):
+    """One recorded run of ``abab 1.5 --exit 3``, 100 ms intervals."""
+    d = tmp_path_factory.mktemp("run")
+    proc = phasewatch("run", "--detector", "vpf-ip", "--interval-ms", 100, "--record", d / "t.arrow",
+                      "--output", d / "live.jsonl", "--", abab, "1.5", "--exit", "3",
+                      "--print-addrs")
+    return proc, d
+
+
+def test_run_returns_the_commands_own_exit_code(watched):
+    proc, _ = watched
+    assert proc.returncode == 3, proc.stderr
+
+
+def test_run_detects_a_b_a_and_gives_the_return_to_a_the_first_phase_id(watched):
+    proc, d = watched
+    live = results(d / "live.jsonl")
+    regions = interval_regions(d / "t.arrow", live, region_addresses(proc.stdout))
+    runs = stretches(regions)
+    assert [r[0] for r in runs] == ["a", "b", "a"], regions
+    middle = [live[(first + last) // 2]["phase"] for _, first, last in runs]
+    assert len({iv["phase"] for iv in live}) >= 2
+    assert middle[0] == middle[2] != middle[1], (middle, [iv["phase"] for iv in live])
+
+
+def test_run_says_what_the_host_lacks_and_prints_the_phase_table(watched):
+    proc, d = watched
+    reader = TraceReader(str(d / "t.arrow"))
+    lacks = {"perf_status", "pperf", "instructions"} - set(reader.signals)
+    reader.close()
+    assert ("missing on this host: " in proc.stdout) == bool(lacks)
+    if "instructions" in lacks:
+        assert "instructions and cycles (CPI)" in proc.stdout
+    assert "phases" in proc.stdout and "top functions" in proc.stdout
+    assert "region_a" in proc.stdout.split("top functions", 1)[1]
+    assert "region_b" in proc.stdout.split("top functions", 1)[1]
+
+
+def test_replay_of_the_recording_matches_the_live_run_interval_for_interval(watched, tmp_path):
+    proc, d = watched
+    live = results(d / "live.jsonl")
+    replay_out = tmp_path / "replay.jsonl"
+    rp = phasewatch("replay", d / "t.arrow", "--detector", "vpf-ip", "--output", replay_out)
+    assert rp.returncode == 0, rp.stderr
+    assert len(live) >= 10
+    assert results(replay_out) == live
+
+
+def test_json_summary_parses_and_names_the_top_functions(abab):
+    proc = phasewatch("run", "--json", "--", abab, "0.3")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["exit_status"] == 0 and summary["intervals"] >= 3
+    assert summary["samples"] > 0 and summary["phases"]
+    missing = set(summary["missing_signals"])
+    assert missing <= {"core voltage", "productive frequency", "instructions and cycles (CPI)"}
+    if {"core voltage", "productive frequency"} <= missing:   # asked vpf, given vpf-ip
+        assert summary["detector"] == "vpf-ip" and "vpf-ip" in proc.stderr
+    if "instructions" not in summary["signals"]:
+        assert summary["interval"] == "every 100 ms" and "100 ms" in proc.stderr
+    tops = {f["name"] for row in summary["phases"] for f in row["top_functions"]}
+    assert {"region_a", "region_b"} <= tops
+    shares = [sum(f["share"] for f in row["top_functions"]) for row in summary["phases"]]
+    assert all(0 < s <= 1 + 1e-9 for s in shares)
+
+
+def test_a_command_killed_by_a_signal_exits_128_plus_the_signal():
+    proc = phasewatch("run", "--no-pin", "--", "sh", "-c", "kill -TERM $$")
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+    assert "exit status 143" in proc.stdout
+
+
+def test_a_missing_command_exits_127_with_one_line():
+    proc = phasewatch("run", "--", "no-such-command-phasewatch")
+    assert proc.returncode == 127
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no-such-command-phasewatch" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    ([], "no command given"),
+    (["--cpu", "0", "--no-pin", "--", "true"], "--no-pin"),
+    (["--threshold", "2", "--", "true"], "--threshold"),
+    (["--interval-ms", "-5", "--", "true"], "--interval-ms"),
+    (["--cpu", "4096", "--", "true"], "--cpu 4096"),
+])
+def test_bad_input_is_one_line_and_a_nonzero_exit(args, needle):
+    proc = phasewatch("run", *args)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+
+
+def test_ctrl_c_stops_the_command_prints_the_summary_and_closes_the_trace(abab, tmp_path):
+    trace = tmp_path / "int.arrow"
+    agent = subprocess.Popen([str(BIN), "run", "--record", str(trace), "--", str(abab), "20"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not trace.exists() and time.monotonic() < deadline and agent.poll() is None:
+        time.sleep(0.05)
+    time.sleep(1.5)
+    started = time.monotonic()
+    agent.send_signal(signal.SIGINT)
+    out, err = agent.communicate(timeout=TIMEOUT)
+    assert time.monotonic() - started < 30, "the command was not stopped"
+    assert agent.returncode == 130, err
+    assert "interrupted" in out and "phases" in out
+    reader = TraceReader(str(trace))
+    rows = sum(len(b) for b in reader.batches())
+    assert not reader.truncated and rows > 500
+    reader.close()
+    rp = phasewatch("replay", trace, "--detector", "vpf-ip")
+    assert rp.returncode == 0, rp.stderr
