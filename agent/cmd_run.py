@@ -119,9 +119,9 @@ def watch(args, child: Child, source: PerfSource) -> int:
     try:
         with child.forward_signals() as forwarder:
             child.release()
-            meta = run_metadata(child, source, signals, interval)
-            pipeline = pipeline_for(meta, args, detector)
             symbolizer = Symbolizer.from_pid(child.pid)
+            meta = run_metadata(child, source, signals, interval, program_text_range(symbolizer))
+            pipeline = pipeline_for(meta, args, detector)
             functions = PhaseFunctions(symbolizer)
             sinks += [JsonLinesSink(out)] if out else []
             trace = TraceWriter(args.record, meta, signals) if args.record else None
@@ -198,20 +198,20 @@ def missing_signals(signals) -> list[str]:
     return [name for name, columns in OPTIONAL_SIGNALS.items() if not set(columns) <= have]
 
 
-def program_text_range(pid: int) -> tuple[int, int] | None:
+def program_text_range(symbolizer: Symbolizer) -> tuple[int, int] | None:
     """The run-time .text of CMD's executable, so that replay folds IPs over the
     same range; None if CMD ended before its maps could be read."""
     try:
-        return Symbolizer.from_pid(pid).text_range()
+        return symbolizer.text_range()
     except LookupError:
         return None
 
 
-def run_metadata(child: Child, source: PerfSource, signals, interval: IntervalParams) -> dict:
+def run_metadata(child: Child, source: PerfSource, signals, interval: IntervalParams,
+                 text: tuple[int, int] | None) -> dict:
     info = read_cpuinfo()
     model = info.cpu_model()
     base_hz, _ = base_frequency_hz()
-    text = program_text_range(child.pid)
     return md.new(
         cpu={"vendor": info.vendor, "family": info.family, "model": info.model,
              "model_name": info.model_name, "model_key": model.key},
@@ -251,7 +251,9 @@ def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
     out = console()
     if not out.is_terminal:
         out.width = max(out.width, PIPE_WIDTH)
-    end = ("interrupted, " if run_info["interrupted"] else "") + f"exit status {run_info['exit_status']}"
+    end = f"exit status {run_info['exit_status']}"
+    if run_info["interrupted"]:
+        end = "interrupted, " + end
     out.print(f"{' '.join(run_info['command'])}: {end}, {run_info['seconds']:.1f} s, "
               f"{pipeline.samples:,} samples, {summary.n_intervals} intervals "
               f"{pipeline.params.interval.describe()}, detector {run_info['detector']}, "

@@ -73,11 +73,12 @@ def stretches(labels: list[str]) -> list[tuple[str, int, int]]:
 
 @pytest.fixture(scope="module")
 def watched(abab, tmp_path_factory):
-    """One recorded run of ``abab 1.5 --exit 3``, 100 ms intervals."""
+    """One recorded run of ``abab 2 --exit 3`` (2 s of A, of B, of A), 200 ms
+    intervals: 100-200 samples each, and ten or more to each stretch."""
     d = tmp_path_factory.mktemp("run")
-    proc = phasewatch("run", "--detector", "vpf-ip", "--interval-ms", 100, "--record", d / "t.arrow",
-                      "--output", d / "live.jsonl", "--", abab, "1.5", "--exit", "3",
-                      "--print-addrs")
+    proc = phasewatch("run", "--detector", "vpf-ip", "--interval-ms", 200,
+                      "--record", d / "t.arrow", "--output", d / "live.jsonl",
+                      "--", abab, "2", "--exit", "3", "--print-addrs")
     return proc, d
 
 
