@@ -90,10 +90,7 @@ def run(args) -> int:
     detectors.check_signals(args.detector, signals)
     params = Params(interval=interval_params(args, md.interval_params(meta), signals, warn),
                     histograms=md.histogram_params(meta), detector=detector_params(args))
-    model = md.cpu_model(meta)
-    pipeline = Pipeline(params, base_mhz=meta.get("base_freq_mhz") or 0.0,
-                        voltage_from_perf_status=model.voltage_source == "perf_status",
-                        counter_scope=meta.get("counter_scope", "cpu"))
+    pipeline = Pipeline.for_trace(meta, params)
     summary = PhaseSummary(keep_phases=labels is not None)
     sinks = [summary]
     out = open_output(args.output)

@@ -10,10 +10,9 @@ Where the host counts no retired instructions (no hardware PMU), intervals end
 on time instead; where it has no voltage or productive frequency (no MSRs),
 the ``vpf`` detector gives way to ``vpf-ip``.  Both are said once at start.
 
-Limitation: with a process target the instruction and cycle counts in the
-samples are per thread while the decoder takes deltas per CPU.  For a single
-pinned thread (the default) the two agree; for a multi-threaded CMD on a host
-with a PMU, CPI and instruction-based interval ends are approximate.
+With a process target the instruction and cycle counts in the samples are
+per thread, so the trace says ``counter_scope: thread`` and the decoder takes
+their deltas per thread.
 """
 
 from __future__ import annotations
@@ -220,7 +219,8 @@ def run_metadata(child: Child, source: PerfSource, signals, interval: IntervalPa
         interval=interval,
         histograms=HistogramParams.for_model(model, text_range=text),
         text_range=list(text) if text else None,
-        command=child.argv, pinned_cpu=child.cpu, sampling=source.metadata)
+        command=child.argv, pinned_cpu=child.cpu, sampling=source.metadata,
+        counter_scope="thread")
 
 
 def pipeline_for(meta: dict, args, detector: str) -> Pipeline:
@@ -228,8 +228,7 @@ def pipeline_for(meta: dict, args, detector: str) -> Pipeline:
     params = Params(interval=md.interval_params(meta), histograms=md.histogram_params(meta),
                     detector=detector_params(argparse.Namespace(**{**vars(args),
                                                                   "detector": detector})))
-    return Pipeline(params, base_mhz=meta.get("base_freq_mhz") or 0.0,
-                    voltage_from_perf_status=md.cpu_model(meta).voltage_source == "perf_status")
+    return Pipeline.for_trace(meta, params)
 
 
 def top_functions_cell(top: list[tuple[str, float]]) -> str:

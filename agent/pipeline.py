@@ -15,6 +15,7 @@ from .classify import ClassifierState, classify
 from .decode import PROFILE_COUNTERS, DecoderState, decode
 from .detectors import used_mask
 from .intervals import SEGMENT_KINDS, SEGMENTS, IntervalAccumulator, IntervalBlock, Layout
+from .metadata import cpu_model
 from .params import Params
 
 KERNEL_ADDRESSES = np.uint64(0x8000_0000_0000_0000)
@@ -92,6 +93,14 @@ class Pipeline:
         n = len(block)
         return self._intervals(block, np.full(n, -1, np.int64), np.full(n, np.nan),
                                np.zeros(n, np.bool_), partial=True)
+
+    @classmethod
+    def for_trace(cls, meta: dict, params: Params) -> "Pipeline":
+        """The pipeline for samples described by trace metadata ``meta``: the
+        one constructor live runs and replay share, so that both decode alike."""
+        return cls(params, base_mhz=meta.get("base_freq_mhz") or 0.0,
+                   voltage_from_perf_status=cpu_model(meta).voltage_source == "perf_status",
+                   counter_scope=meta.get("counter_scope", "cpu"))
 
     @property
     def n_phases(self) -> int:
