@@ -165,28 +165,22 @@ def _delta_one_owner(values, owner, k, prev, prev_ok, backwards, unread, out):
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _derive_kernel(d, status, base_mhz, residency, out):
-    """Derived values from the deltas, one simple loop per field group, which
-    LLVM vectorises (one loop doing all of them ran five times slower)."""
-    n = out.shape[1]
-    _voltage(status, n, out[0])
-    for i in range(n):
-        dm, di, dc = d[1, i], d[4, i], d[5, i]
-        out[1, i] = base_mhz * d[0, i] / dm if dm > 0 else np.nan
-        out[2, i] = base_mhz * d[2, i] / dm if dm > 0 else np.nan
-        out[3, i] = dc / di if di > 0 else np.nan
-        out[4, i] = di if di == di else 0.0
-        out[5, i] = dc if dc == dc else 0.0
+    """Derived values from the deltas.  Each field is its own loop over a few
+    rows: with every stream in one loop, LLVM could not rule out aliasing and
+    did not vectorise (it ran five times slower)."""
+    _voltage(status, out[0])
+    _ratio(d[0], d[1], base_mhz, out[1])            # freq = base × ΔAPERF/ΔMPERF
+    _ratio(d[2], d[1], base_mhz, out[2])            # productive = base × ΔPPERF/ΔMPERF
+    _ratio(d[5], d[4], 1.0, out[3])                 # CPI = Δcycles/Δinstructions
+    _zero_unknown(d[4], out[4])
+    _zero_unknown(d[5], out[5])
     if not residency:
         out[6:] = np.nan
         return
-    for i in range(n):
-        dt = d[3, i]
-        out[6, i] = d[1, i] / dt if dt > 0 else np.nan
+    _ratio(d[1], d[3], 1.0, out[6])                 # C0 = ΔMPERF/ΔTSC
     for k in range(6, 9):
-        for i in range(n):
-            dt = d[3, i]
-            out[k + 2, i] = d[k, i] / dt if dt > 0 else np.nan
-    for i in range(n):
+        _ratio(d[k], d[3], 1.0, out[k + 2])
+    for i in range(out.shape[1]):
         dt, dm = d[3, i], d[1, i]
         idle = dt - dm
         for k in range(6, 9):
@@ -195,13 +189,26 @@ def _derive_kernel(d, status, base_mhz, residency, out):
         out[7, i] = max(idle, 0.0) / dt if dt > 0 and dm == dm else np.nan
 
 
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _ratio(num, den, scale, out):
+    for i in range(len(out)):
+        out[i] = scale * num[i] / den[i] if den[i] > 0 else np.nan
+
+
 @numba.njit(cache=True, nogil=True)
-def _voltage(status, n, out):
+def _zero_unknown(values, out):
+    for i in range(len(out)):
+        v = values[i]
+        out[i] = v if v == v else 0.0
+
+
+@numba.njit(cache=True, nogil=True)
+def _voltage(status, out):
     """Core voltage from IA32_PERF_STATUS bits 47:32 (volts = raw / 8192), in mV."""
-    if len(status) != n:
+    if len(status) != len(out):
         out[:] = np.nan
         return
-    for i in range(n):
+    for i in range(len(out)):
         s = status[i]
         raw = (s >> np.uint64(32)) & np.uint64(0xFFFF)
         out[i] = raw * (1000.0 / 8192.0) if s != _MISSING and raw != 0 else np.nan

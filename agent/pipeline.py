@@ -20,7 +20,7 @@ from .params import Params
 
 KERNEL_ADDRESSES = np.uint64(0x8000_0000_0000_0000)
 #: Rows decoded and profiled at a time, so that the work arrays stay in cache.
-CHUNK_ROWS = 16384
+CHUNK_ROWS = 32768
 
 
 @dataclass
