@@ -41,10 +41,6 @@ class Layout:
     def width(self) -> int:
         return int(self.bounds[-1])
 
-    def segment(self, profiles: np.ndarray, name: str) -> np.ndarray:
-        s = SEGMENTS.index(name)
-        return profiles[..., self.bounds[s]:self.bounds[s + 1]]
-
 
 @dataclass
 class IntervalBlock:

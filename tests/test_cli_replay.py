@@ -1,7 +1,6 @@
 """``phasewatch replay`` and ``convert`` as a user runs them, bad input included."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from phasewatch.batch import MISSING, concat
+from phasewatch.batch import MISSING, SampleBatch, concat
 from phasewatch.collectors import msr
 from phasewatch.collectors.sampler import Sampler
 from test_collectors_msr import template, write_msrs
@@ -22,7 +22,7 @@ def fake_cpus(root, ncpu=2, **values):
         write_msrs(root / f"cpu{cpu}" / "msr", {"tsc": 1000 + cpu, "aperf": 10, **values})
 
 
-def run(sampler) -> "SampleBatch":
+def run(sampler) -> SampleBatch:
     with sampler:
         return concat(list(sampler.batches()))
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from phasewatch.collectors import msr
 from phasewatch.collectors.probe import Roots, probe
 from test_collectors_msr import file_value, write_msrs
 
