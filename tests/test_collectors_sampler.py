@@ -88,13 +88,10 @@ def test_ticks_sit_on_absolute_deadlines(tmp_path):
     t = batch["t_ns"].astype(np.int64)
     stats = sampler.stats()
     periods = stats["ticks"] + stats["missed_ticks"] - 1
-    # no drift: the span is whole periods, whatever each wake-up's lateness
+    # no drift: the span is whole periods, whatever each wake-up's lateness.
+    # A sampler sleeping one period after each read would stretch every
+    # period by its read and wake-up time (tens of µs here), 1 % at the least.
     assert (t[-1] - t[0]) / periods == pytest.approx(1_000_000, rel=0.01)
-    # and the grid does not slide: the typical wake-up lateness (phase against
-    # the grid) is the same at the end as at the start
-    phase = (t - t[0]) % 1_000_000
-    shift = abs(np.median(phase[-150:]) - np.median(phase[:150]))
-    assert min(shift, 1_000_000 - shift) < 200_000
 
 
 class SlowOnce:
