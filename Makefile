@@ -14,8 +14,8 @@ BUILD     := build
 install: $(STAMP_PIP)
 
 $(STAMP_APT): $(APT_LIST)
-	apt-get update -q
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+	apt-get update -q -o DPkg::Lock::Timeout=900
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=900 \
 		$$(grep -v '^\s*#' $(APT_LIST))
 	/usr/bin/python3 -m venv --system-site-packages $(VENV)
 	touch $@
