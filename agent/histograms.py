@@ -10,10 +10,10 @@ import numpy as np
 
 CUMULATIVE = 0          # ordered bins: cumulative histogram distance
 TOTAL_VARIATION = 1     # unordered bins (folded IPs): half the L1 distance
-#: How much sampling noise is forgiven in a total-variation distance, in units
-#: of its expected value.  At a few dozen samples the noise's spread is about
-#: as large as its mean, so twice the mean covers all but its far tail.
-NOISE_ALLOWANCE = 2.0
+#: The noise model's significance: a total-variation distance is counted only
+#: beyond the level that sampling noise alone exceeds with probability 1 %
+#: (one-sided z of the normal approximation).
+NOISE_Z = 2.326
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -134,15 +134,62 @@ def expected_total_variation_reference(h: np.ndarray, n: int) -> float:
     return float(0.5 * np.sqrt(h * (1 - h)).sum() * np.sqrt(2 / (np.pi * n))) if n > 0 else 0.0
 
 
-@numba.njit(cache=True, nogil=True)
-def segment_distance(x, n, centroid, kind):
-    """Distance of an interval's histogram ``x`` of ``n`` samples to a centroid.
+@numba.njit(cache=True, nogil=True, fastmath=True)
+def noise_level(h, n_eff):
+    """The total-variation distance that sampling noise alone stays under with
+    probability 1 - 1 %: between ``h`` and a histogram of ``n_eff`` samples
+    drawn from it, mean plus ``NOISE_Z`` standard deviations.  Per entry the
+    deviation of a share is about normal with variance p(1-p)/n, so its absolute
+    value has mean sqrt(2/pi) sigma and variance (1 - 2/pi) sigma^2; entries are
+    taken as independent."""
+    if n_eff <= 0.0:
+        return 0.0
+    s, v = 0.0, 0.0
+    for p in h:
+        q = p * (1.0 - p)
+        s += np.sqrt(q)
+        v += q
+    mean = 0.5 * s * np.sqrt(2.0 / (np.pi * n_eff))
+    sd = 0.5 * np.sqrt((1.0 - 2.0 / np.pi) * v / n_eff)
+    return mean + NOISE_Z * sd
 
-    Folded IPs are unordered and sparse: an interval of a few dozen samples
-    differs from its own phase's centroid by sampling noise alone, so the
-    noise allowed at ``n`` samples is taken off the total-variation distance.
+
+def noise_level_reference(h: np.ndarray, n_eff: float) -> float:
+    if n_eff <= 0:
+        return 0.0
+    q = h * (1 - h)
+    return float(0.5 * np.sqrt(q).sum() * np.sqrt(2 / (np.pi * n_eff))
+                 + NOISE_Z * 0.5 * np.sqrt((1 - 2 / np.pi) * q.sum() / n_eff))
+
+
+def effective_samples(n: int, members: int) -> float:
+    """Samples behind a difference of an interval of ``n`` samples and a
+    centroid of ``members`` intervals of about as many: both carry noise."""
+    return n * members / (members + 1.0) if members > 0 else float(n)
+
+
+effective_samples_kernel = numba.njit(cache=True, nogil=True)(effective_samples)
+
+
+@numba.njit(cache=True, nogil=True)
+def segment_distance(x, n, centroid, members, kind):
+    """Distance of an interval's histogram ``x`` of ``n`` samples to the
+    centroid of ``members`` intervals.
+
+    Code signatures are unordered and sparse: an interval of a hundred samples
+    differs from its own phase's centroid by sampling noise alone.  The noise
+    model: the total-variation distance is counted only beyond the level noise
+    stays under at 1 % significance, so a difference the noise cannot explain
+    counts with what is left, and the allowance shrinks as samples grow.
     """
     if kind == TOTAL_VARIATION:
-        noise = NOISE_ALLOWANCE * expected_total_variation(centroid, n)
-        return max(total_variation_distance(x, centroid) - noise, 0.0)
+        n_eff = effective_samples_kernel(n, members)
+        return max(total_variation_distance(x, centroid) - noise_level(centroid, n_eff), 0.0)
     return cumulative_distance(x, centroid)
+
+
+def segment_distance_reference(x, n, centroid, members, kind) -> float:
+    if kind == TOTAL_VARIATION:
+        return max(total_variation_distance_reference(x, centroid)
+                   - noise_level_reference(centroid, effective_samples(n, members)), 0.0)
+    return cumulative_distance_reference(x, centroid)

@@ -1,7 +1,9 @@
 """Split decoded samples into intervals and build each interval's execution profile.
 
 An execution profile is the concatenation of three histograms (segments):
-core voltage, productive frequency and the folded instruction-pointer vector.
+core voltage, productive frequency and the code signature (instruction
+pointers hashed by code region over every executable mapping, or the thesis's
+fold over ``.text``).
 Which segments a detector compares is the detector's business.
 """
 
@@ -13,6 +15,7 @@ import numba
 import numpy as np
 
 from .decode import F
+from .codemap import CodeMap
 from .histograms import CUMULATIVE, TOTAL_VARIATION, ip_bins, value_bins
 from .params import HistogramParams, IntervalParams
 
@@ -34,7 +37,7 @@ class Layout:
 
     @classmethod
     def of(cls, hp: HistogramParams) -> "Layout":
-        sizes = [hp.voltage_bins, hp.pfreq_bins, hp.ip_bins]
+        sizes = [hp.voltage_bins, hp.pfreq_bins, hp.ip_entries]
         return cls(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
 
     @property
@@ -78,6 +81,10 @@ class IntervalAccumulator:
         self.ip_bits = int(hp.ip_bins).bit_length() - 1
         self._scratch = _empty_block(256, self.layout.width)
         self._bin_scratch = np.empty((len(SEGMENTS), 0), np.int32)
+        self.code_map = CodeMap.from_mappings(None)
+
+    def set_code_map(self, code_map: CodeMap) -> None:
+        self.code_map = code_map
 
     def set_text_range(self, lo: int, hi: int) -> None:
         self.text_lo, self.text_hi = np.uint64(lo), np.uint64(hi)
@@ -86,7 +93,7 @@ class IntervalAccumulator:
         """Add a batch; return the intervals it completed, profiles normalised.
         The block is scratch space, reused by the next call."""
         n = len(t_ns)
-        bins = self._bins(n, ip, decoded)
+        bins = self._bins(n, ip, decoded, t_ns)
         t_ns = np.ascontiguousarray(t_ns)
         done, start = 0, 0
         while True:
@@ -110,7 +117,7 @@ class IntervalAccumulator:
         out.voltage_sum[0], out.pfreq_sum[0] = self.fstate
         return _head(out, 1)
 
-    def _bins(self, n: int, ip, decoded) -> np.ndarray:
+    def _bins(self, n: int, ip, decoded, t_ns) -> np.ndarray:
         """Each sample's bin in each segment (-1: none), one row per segment."""
         if self._bin_scratch.shape[1] < n:
             self._bin_scratch = np.empty((len(SEGMENTS), n), np.int32)
@@ -118,7 +125,10 @@ class IntervalAccumulator:
         hp = self.hist
         value_bins(decoded[F_VOLT], hp.voltage_mv[0], hp.voltage_mv[1], hp.voltage_bins, bins[0])
         value_bins(decoded[F_PFREQ], hp.pfreq_mhz[0], hp.pfreq_mhz[1], hp.pfreq_bins, bins[1])
-        if ip is not None and self.text_hi > self.text_lo:
+        if ip is not None and hp.ip_signature != "fold":
+            self.code_map.bins(np.ascontiguousarray(ip), np.ascontiguousarray(t_ns),
+                               hp.code_region_bits, hp.code_bins, bins[2])
+        elif ip is not None and self.text_hi > self.text_lo:
             ip_bins(np.ascontiguousarray(ip), self.text_lo, self.text_hi, self.ip_bits,
                     hp.ip_fold_groups, bins[2])
         else:

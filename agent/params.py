@@ -42,6 +42,16 @@ class HistogramParams:
     ip_bins: int = 32                    # a power of two
     ip_fold_groups: int = 2              # groups of log2(ip_bins) bits XOR-folded
     text_range: tuple[int, int] | None = None
+    # The code signature over all executable mappings (agent/codemap.py):
+    # regions of 2**code_region_bits bytes hashed into code_bins entries.
+    ip_signature: str = "regions"        # "regions", or "fold": the thesis's 32-entry fold
+    code_bins: int = 1024
+    code_region_bits: int = 12
+
+    @property
+    def ip_entries(self) -> int:
+        """Length of the IP segment of a profile."""
+        return self.ip_bins if self.ip_signature == "fold" else self.code_bins
 
     @classmethod
     def for_model(cls, model: CpuModel, text_range=None) -> "HistogramParams":
