@@ -171,6 +171,15 @@ def effective_samples(n: int, members: int) -> float:
 effective_samples_kernel = numba.njit(cache=True, nogil=True)(effective_samples)
 
 
+def beyond_noise(tv: float, level: float) -> float:
+    """The share of new code ``D`` behind a distance ``tv`` when noise alone
+    reaches ``level``: ``(tv - level) / (1 - level)``, at least 0."""
+    return max(tv - level, 0.0) / (1.0 - level) if level < 1.0 else 0.0
+
+
+beyond_noise_kernel = numba.njit(cache=True, nogil=True)(beyond_noise)
+
+
 @numba.njit(cache=True, nogil=True)
 def segment_distance(x, n, centroid, members, kind):
     """Distance of an interval's histogram ``x`` of ``n`` samples to the
@@ -178,18 +187,22 @@ def segment_distance(x, n, centroid, members, kind):
 
     Code signatures are unordered and sparse: an interval of a hundred samples
     differs from its own phase's centroid by sampling noise alone.  The noise
-    model: the total-variation distance is counted only beyond the level noise
-    stays under at 1 % significance, so a difference the noise cannot explain
-    counts with what is left, and the allowance shrinks as samples grow.
+    model: if the interval's code is a share ``D`` of new code and ``1 - D``
+    drawn from the centroid, its observed total-variation distance is about
+    ``D + (1 - D) L``, where ``L`` is what noise alone gives.  So ``D`` is
+    estimated as ``(TV - L) / (1 - L)``, with ``L`` the level noise stays under
+    at 1 % significance: a difference noise cannot explain keeps its size,
+    however few the samples, and the estimate tends to the plain distance as
+    samples grow.
     """
     if kind == TOTAL_VARIATION:
-        n_eff = effective_samples_kernel(n, members)
-        return max(total_variation_distance(x, centroid) - noise_level(centroid, n_eff), 0.0)
+        level = noise_level(centroid, effective_samples_kernel(n, members))
+        return beyond_noise_kernel(total_variation_distance(x, centroid), level)
     return cumulative_distance(x, centroid)
 
 
 def segment_distance_reference(x, n, centroid, members, kind) -> float:
     if kind == TOTAL_VARIATION:
-        return max(total_variation_distance_reference(x, centroid)
-                   - noise_level_reference(centroid, effective_samples(n, members)), 0.0)
+        level = noise_level_reference(centroid, effective_samples(n, members))
+        return beyond_noise(total_variation_distance_reference(x, centroid), level)
     return cumulative_distance_reference(x, centroid)
