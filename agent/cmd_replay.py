@@ -28,6 +28,9 @@ def add_detector_arguments(parser) -> None:
                       help="end an interval every N retired instructions (default 100M)")
     size.add_argument("--interval-ms", type=float, metavar="MS",
                       help="end an interval every MS milliseconds instead")
+    size.add_argument("--interval-samples", type=int, metavar="N",
+                      help="end an interval every N samples instead (N ms of the "
+                           "program's CPU time at 1 kHz, however busy the host)")
     parser.add_argument("--output", metavar="FILE", help="write one JSON object per interval")
 
 
@@ -52,6 +55,10 @@ def interval_params(args, default: IntervalParams, signals, warn) -> IntervalPar
         if args.interval_ms <= 0:
             raise UserError(f"--interval-ms {args.interval_ms}: give a positive duration")
         return IntervalParams(kind="time", ns=int(args.interval_ms * 1e6))
+    if getattr(args, "interval_samples", None) is not None:
+        if args.interval_samples <= 0:
+            raise UserError(f"--interval-samples {args.interval_samples}: give a positive count")
+        return IntervalParams(kind="samples", samples=args.interval_samples)
     chosen = default
     if args.interval_instructions is not None:
         if args.interval_instructions <= 0:

@@ -72,6 +72,7 @@ class IntervalAccumulator:
         self.hist = hp
         self.layout = Layout.of(hp)
         self.time_mode = ip_.kind == "time"
+        self.samples_mode = ip_.kind == "samples"
         self.acc = np.zeros(self.layout.width, np.float64)
         self.seg_n = np.zeros(len(SEGMENTS), np.int64)
         self.istate = np.zeros(9, np.int64)
@@ -137,7 +138,7 @@ class IntervalAccumulator:
 
     def _run(self, t_ns, bins, decoded, start, out):
         return _accumulate(
-            t_ns, bins, decoded, start, self.time_mode, int(self.interval.size),
+            t_ns, bins, decoded, start, self.time_mode, self.samples_mode, int(self.interval.size),
             self.layout.bounds, self.acc, self.seg_n, self.istate, self.fstate,
             out.t_start_ns, out.t_end_ns, out.instructions, out.cycles, out.samples,
             out.profiles, out.segment_samples, out.voltage_sum, out.pfreq_sum)
@@ -164,7 +165,7 @@ def _join(blocks: list[IntervalBlock]) -> IntervalBlock:
 
 
 @numba.njit(cache=True, nogil=True)
-def _accumulate(t_ns, bins, dec, start, time_mode, size, bounds, acc, seg_n, istate, fstate,
+def _accumulate(t_ns, bins, dec, start, time_mode, samples_mode, size, bounds, acc, seg_n, istate, fstate,
                 o_t_start, o_t_end, o_instr, o_cycles, o_samples, o_prof, o_segn,
                 o_vsum, o_fsum):
     """Add rows from ``start`` on; stop after the last row or when the output is
@@ -208,7 +209,7 @@ def _accumulate(t_ns, bins, dec, start, time_mode, size, bounds, acc, seg_n, ist
                 continue
             next_t = t_origin + ((t - t_origin) // size + 1) * size
         else:
-            cur += d_instr
+            cur += 1 if samples_mode else d_instr
             if cur < size:
                 continue
             cur = (cur - size) % size

@@ -62,11 +62,12 @@ def interval_params(meta: dict[str, Any]) -> IntervalParams:
     i = meta.get("interval") or {}
     return IntervalParams(kind=i.get("kind", "instructions"),
                           instructions=int(i.get("instructions", IntervalParams.instructions)),
-                          ns=int(i.get("ns", IntervalParams.ns)))
+                          ns=int(i.get("ns", IntervalParams.ns)),
+                          samples=int(i.get("samples", IntervalParams.samples)))
 
 
 def _interval_dict(p: IntervalParams) -> dict[str, Any]:
-    return {"kind": p.kind, "instructions": p.instructions, "ns": p.ns}
+    return {"kind": p.kind, "instructions": p.instructions, "ns": p.ns, "samples": p.samples}
 
 
 def _histograms_dict(p: HistogramParams) -> dict[str, Any]:

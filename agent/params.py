@@ -16,17 +16,23 @@ class IntervalParams:
     count to the next multiple of ``instructions``, or, in time mode, at the first
     sample at or past the next multiple of ``ns`` from the run's first sample."""
 
-    kind: str = "instructions"          # "instructions" or "time"
+    kind: str = "instructions"          # "instructions", "time" or "samples"
     instructions: int = DEFAULT_INTERVAL_INSTRUCTIONS
     ns: int = 100_000_000
+    #: In samples mode, an interval ends every this many samples: with samples
+    #: taken per millisecond of CPU time, milliseconds the program ran, however
+    #: busy the host.
+    samples: int = 100
 
     @property
     def size(self) -> int:
-        return self.instructions if self.kind == "instructions" else self.ns
+        return {"instructions": self.instructions, "time": self.ns}.get(self.kind, self.samples)
 
     def describe(self) -> str:
         if self.kind == "instructions":
             return f"every {self.instructions:,} instructions"
+        if self.kind == "samples":
+            return f"every {self.samples:,} samples"
         return f"every {self.ns / 1e6:g} ms"
 
 

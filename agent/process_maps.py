@@ -12,6 +12,10 @@ exactly as the live run did.
 The list grows in the side table ``TRACE.mappings.jsonl`` (one JSON object a
 line, keys as in trace metadata's ``"mappings"``), since the trace's metadata
 is written before the run starts.
+
+The code map is one address space: where CMD starts other processes, their
+mappings are read from ``/proc/TID/maps`` of the sampled threads and merged
+in, a later mapping taking over the addresses of an earlier one it overlaps.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from .batch import SampleBatch
 from .symbols import Mapping, read_maps
 
 SIDE_TABLE_SUFFIX = ".mappings.jsonl"
+#: Threads whose maps are read at one refresh, at most.
+MAX_TIDS = 8
 
 
 def side_table_path(trace_path: str) -> str:
@@ -87,14 +93,20 @@ class ProcessMappings:
         t_ns = batch["t_ns"]
         unknown = self.pipeline.code_map.unknown(batch["ip"], t_ns)
         if unknown.any():
-            self.refresh(max(int(t_ns[unknown].min()), self.last_t + 1))
+            tids = np.unique(batch["tid"][unknown])[:MAX_TIDS] if "tid" in batch else ()
+            self.refresh(max(int(t_ns[unknown].min()), self.last_t + 1), [int(t) for t in tids])
         self.last_t = max(self.last_t, int(t_ns.max()))
 
-    def refresh(self, t_ns: int) -> bool:
-        """Re-read the process's maps; add what is new from ``t_ns`` on."""
+    def refresh(self, t_ns: int, tids=()) -> bool:
+        """Re-read the maps of the process and of the threads ``tids`` (children
+        it started have their own); add what is new from ``t_ns`` on."""
         self.rereads += 1
-        new = [mapping_row(m, t_ns) for m in self.read(self.pid)]
-        new = [r for r in new if self._key(r) not in self.known]
+        new = {}
+        for pid in dict.fromkeys([self.pid, *tids]):
+            for m in self.read(pid):
+                row = mapping_row(m, t_ns)
+                new.setdefault(self._key(row), row)
+        new = [r for k, r in new.items() if k not in self.known]
         if not new:
             return False
         self.known.update(self._key(r) for r in new)

@@ -78,6 +78,8 @@ def interval_ends(t_ns: np.ndarray, d_instr: np.ndarray, params: Params) -> np.n
             ends.append(i)
             nxt = origin + ((t_ns[i] - origin) // iv.ns + 1) * iv.ns
         return np.array(ends, np.int64)
+    if iv.kind == "samples":
+        return np.arange(iv.samples - 1, len(t_ns), iv.samples, dtype=np.int64)
     total = np.cumsum(d_instr.astype(np.int64))
     carried = 0
     while True:
