@@ -52,7 +52,7 @@ class HistogramParams:
     # regions of 2**code_region_bits bytes hashed into code_bins entries.
     ip_signature: str = "regions"        # "regions", or "fold": the thesis's 32-entry fold
     code_bins: int = 1024
-    code_region_bits: int = 12
+    code_region_bits: int = 14
 
     @property
     def ip_entries(self) -> int:
