@@ -18,7 +18,8 @@ from .tracefiles import open_trace
 def add_detector_arguments(parser) -> None:
     parser.add_argument("--detector", choices=detectors.NAMES, default="vpf",
                         help="vpf: voltage and productive frequency (the thesis); "
-                             "vpf-ip: also the instruction-pointer vector")
+                             "vpf-ip: also the code signature over all executable mappings; "
+                             "vpf-ip-fold: the thesis's 32-entry IP fold over .text instead")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, metavar="X",
                         help="distance under which an interval joins a phase (default %(default)s)")
     parser.add_argument("--adaptive", action="store_true",

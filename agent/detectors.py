@@ -10,8 +10,9 @@
 
 ``vpf-ip``
     Adds the code signature: every sampled IP placed in its object (main
-    executable, shared library, JIT mapping, kernel) and hashed by 4 KiB code
-    region into 1024 entries (agent/codemap.py).  Its entries have no order, so it is compared with the total-variation distance (half the L1
+    executable, shared library, JIT mapping, kernel) and hashed by 16 KiB code
+    region into 1024 entries (agent/codemap.py).  Its entries have no order,
+    so it is compared with the total-variation distance (half the L1
     distance, also 0..1): code that runs in disjoint places is at distance 1
     however close those places lie.  Combined again by the maximum, so a change
     of code alone opens a new phase even when voltage and frequency stay alike.
