@@ -86,9 +86,9 @@ def labels(schedule=SCHEDULE) -> list[str]:
     return [name for name, n in schedule for _ in range(n)]
 
 
-def repeat_schedule(min_samples: int, interval: int, schedule=SCHEDULE):
+def repeat_schedule(min_samples: int, interval: int, schedule=SCHEDULE, phases=PHASES):
     """The schedule repeated until it yields at least ``min_samples`` samples."""
-    per_cycle = sum(n * interval * PHASES[p].cpi / CLOCKS_PER_TICK for p, n in schedule)
+    per_cycle = sum(n * interval * phases[p].cpi / CLOCKS_PER_TICK for p, n in schedule)
     cycles = int(np.ceil(min_samples / per_cycle))
     return tuple(schedule) * max(cycles, 1)
 
