@@ -122,7 +122,7 @@ def watch(args, child: Child, source: PerfSource) -> int:
             symbolizer = Symbolizer.from_pid(child.pid)
             meta = run_metadata(child, source, signals, interval, program_text_range(symbolizer))
             pipeline = pipeline_for(meta, args, detector)
-            maps = ProcessMappings(child.pid, pipeline, record=args.record)
+            maps = ProcessMappings(child.pid, pipeline, record=args.record, just_execd=True)
             functions = PhaseFunctions(symbolizer)
             sinks += [JsonLinesSink(out)] if out else []
             trace = TraceWriter(args.record, meta, signals) if args.record else None

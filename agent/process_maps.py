@@ -1,7 +1,8 @@
 """The executable mappings of a watched process, learnt while it runs, and
 recorded beside its trace so that replay sees the same code map.
 
-Before each batch reaches the pipeline, its user-space IPs are checked against
+The maps read right after CMD's exec apply from the start (sampling begins at
+that exec).  Before each batch reaches the pipeline, its user-space IPs are checked against
 the mappings known so far; if any falls outside them (the program exec'd,
 dlopen'ed a library or generated code), ``/proc/PID/maps`` is read again and
 the new executable mappings are added, each with ``t_ns``: the time from which
@@ -76,7 +77,7 @@ class ProcessMappings:
     """Keeps a pipeline's code map in step with a live process's mappings."""
 
     def __init__(self, pid: int, pipeline, record: str | None = None,
-                 read: Callable[[int], list[Mapping]] = read_maps):
+                 read: Callable[[int], list[Mapping]] = read_maps, just_execd: bool = False):
         self.pid = pid
         self.pipeline = pipeline
         self.read = read
@@ -85,6 +86,8 @@ class ProcessMappings:
         self.last_t = np.iinfo(np.int64).min
         self.rereads = 0
         self._out = open(side_table_path(record), "w") if record else None
+        if just_execd:
+            self.refresh(None)
 
     def before_feed(self, batch: SampleBatch) -> None:
         """Learn the mappings the batch's IPs need, before the pipeline sees it."""
@@ -97,9 +100,10 @@ class ProcessMappings:
             self.refresh(max(int(t_ns[unknown].min()), self.last_t + 1), [int(t) for t in tids])
         self.last_t = max(self.last_t, int(t_ns.max()))
 
-    def refresh(self, t_ns: int, tids=()) -> bool:
+    def refresh(self, t_ns: int | None, tids=()) -> bool:
         """Re-read the maps of the process and of the threads ``tids`` (children
-        it started have their own); add what is new from ``t_ns`` on."""
+        it started have their own); add what is new from ``t_ns`` on (from the
+        start if None: read right after exec, before any sample)."""
         self.rereads += 1
         new = {}
         for pid in dict.fromkeys([self.pid, *tids]):

@@ -117,3 +117,21 @@ def test_live_mappings_of_a_real_process_are_recorded_and_replayed(tmp_path):
     assert with_side_table({"a": 1}, str(tmp_path / "none.arrow")) == {"a": 1}
     (tmp_path / "t.arrow.mappings.jsonl").write_text(json.dumps(rows[0]) + "\n{\"start\": 1")
     assert read_side_table(str(trace)) == rows[:1]      # a line cut short is left out
+
+
+def test_maps_read_right_after_exec_apply_from_the_start(tmp_path):
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        meta = md.new(signals={"t_ns": "", "cpu": "", "tid": "", "ip": ""}, mappings=[])
+        pipeline = Pipeline.for_trace(meta, Params(detector=DetectorParams(detector="vpf-ip")))
+        maps = ProcessMappings(proc.pid, pipeline, record=str(tmp_path / "t.arrow"),
+                               just_execd=True)
+        maps.close()
+        exe = next(r for r in maps.rows if r["path"].endswith("/sleep"))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert all("t_ns" not in r for r in maps.rows)
+    ip = np.array([exe["start"]], np.uint64)
+    assert not pipeline.code_map.unknown(ip, np.array([-(2 ** 62)], np.int64)).any()
+    assert read_side_table(str(tmp_path / "t.arrow")) == maps.rows
