@@ -68,8 +68,9 @@ def interval_params(args, default: IntervalParams, signals, warn) -> IntervalPar
         chosen = IntervalParams(kind="instructions", instructions=args.interval_instructions)
     if chosen.kind == "instructions" and "instructions" not in signals:
         warn("the samples have no instruction counts: ending intervals every "
-             f"{chosen.ns / 1e6:g} ms instead (set it with --interval-ms)")
-        chosen = replace(chosen, kind="time")
+             f"{chosen.samples} samples instead ({chosen.samples} ms of the program's CPU "
+             "time at 1 kHz; set it with --interval-samples or --interval-ms)")
+        chosen = replace(chosen, kind="samples")
     return chosen
 
 
