@@ -70,6 +70,7 @@ struct pw_cpu {
 	struct irq_work wake;
 	u64 head, tail, lost, intervals;
 	u64 ticks, missed, skipped, msr_faults;
+	u64 run_ns;			/* target mode without a PMU: target time in this interval */
 	u32 msrs;			/* MSRs this CPU has: probed once */
 	u32 clock;
 	int error;			/* why the CPU could not be sampled */
@@ -174,6 +175,14 @@ static void pw_sample(struct pw_cpu *pc)
 		irq_work_queue(&pc->wake);
 }
 
+static void pw_mark_interval(struct pw_cpu *pc)
+{
+	WRITE_ONCE(pc->intervals, pc->intervals + 1);
+	WRITE_ONCE(pc->hdr->intervals, pc->intervals);
+	WRITE_ONCE(pc->interval_pending, true);
+	irq_work_queue(&pc->wake);
+}
+
 static enum hrtimer_restart pw_tick(struct hrtimer *timer)
 {
 	struct pw_cpu *pc = container_of(timer, struct pw_cpu, timer);
@@ -183,6 +192,13 @@ static enum hrtimer_restart pw_tick(struct hrtimer *timer)
 	pw_sample(pc);
 	overruns = hrtimer_forward_now(timer, ns_to_ktime(pw_cfg.period_ns));
 	WRITE_ONCE(pc->missed, pc->missed + overruns - 1);
+	if (!pc->insns) {
+		pc->run_ns += overruns * pw_cfg.period_ns;
+		while (pc->run_ns >= pw_cfg.interval_insns) {
+			pc->run_ns -= pw_cfg.interval_insns;
+			pw_mark_interval(pc);
+		}
+	}
 	return HRTIMER_RESTART;
 }
 
@@ -223,12 +239,7 @@ static void pw_find_switch_tp(struct tracepoint *tp, void *priv)
 static void pw_interval_end(struct perf_event *e, struct perf_sample_data *data,
 			    struct pt_regs *regs)
 {
-	struct pw_cpu *pc = e->overflow_handler_context;
-
-	WRITE_ONCE(pc->intervals, pc->intervals + 1);
-	WRITE_ONCE(pc->hdr->intervals, pc->intervals);
-	WRITE_ONCE(pc->interval_pending, true);
-	irq_work_queue(&pc->wake);
+	pw_mark_interval(e->overflow_handler_context);
 }
 
 static void pw_wake(struct irq_work *w)
@@ -264,9 +275,16 @@ static int pw_open_counters(struct pw_cpu *pc, int cpu)
 		       pw_cfg.interval_insns, pc);
 	pc->clock = PW_CLOCK_INSTRUCTIONS;
 	if (IS_ERR(e) && pw_no_pmu(e)) {
+		pc->clock = PW_CLOCK_SOFTWARE;
+		/*
+		 * In target mode the sampling timer, which runs only while the
+		 * target does, counts the target's time; a cpu-clock event would
+		 * wake an idle CPU every interval.
+		 */
+		if (pw_target)
+			return 0;
 		e = pw_counter(cpu, PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK,
 			       pw_cfg.interval_insns, pc);
-		pc->clock = PW_CLOCK_SOFTWARE;
 	}
 	if (IS_ERR(e))
 		return PTR_ERR(e);
@@ -327,6 +345,7 @@ static int pw_cpu_online(unsigned int cpu)
 	pc->error = pw_open_counters(pc, cpu);
 	if (pc->error)
 		return 0;
+	pc->run_ns = 0;
 	pw_timer_init(&pc->timer);
 	WRITE_ONCE(pc->hdr->online, 1);
 	WRITE_ONCE(pc->armed, true);
