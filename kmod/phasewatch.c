@@ -590,26 +590,30 @@ static size_t pw_ring_size(const struct pw_config *c)
 /* Validates @c fully before the old configuration is given up. */
 static long pw_configure(struct pw_config *c)
 {
-	struct cpumask mask;
+	cpumask_var_t mask;
 	struct pid *target;
 	u64 total;
 	int err;
 
 	if (pw_hp_state >= 0 || atomic_read(&pw_maps))
 		return -EBUSY;
-	err = pw_fill_defaults(c) ?: pw_check_mask(c, &mask);
-	if (err)
-		return err;
-	total = (u64)cpumask_weight(&mask) * pw_ring_size(c);
-	if (total > (u64)READ_ONCE(ring_limit_kb) * 1024)
+	if (!zalloc_cpumask_var(&mask, GFP_KERNEL))
 		return -ENOMEM;
-	err = pw_get_target(c->target_tgid, &target);
-	if (err)
+	err = pw_fill_defaults(c) ?: pw_check_mask(c, mask);
+	total = (u64)cpumask_weight(mask) * pw_ring_size(c);
+	if (!err && total > (u64)READ_ONCE(ring_limit_kb) * 1024)
+		err = -ENOMEM;
+	if (!err)
+		err = pw_get_target(c->target_tgid, &target);
+	if (err) {
+		free_cpumask_var(mask);
 		return err;
+	}
 
 	pw_free_rings();
 	pw_cfg = *c;
-	cpumask_copy(&pw_mask, &mask);
+	cpumask_copy(&pw_mask, mask);
+	free_cpumask_var(mask);
 	pw_target = target;
 	pw_ns = get_pid_ns(task_active_pid_ns(current));
 	pw_ring_bytes = pw_ring_size(c);
