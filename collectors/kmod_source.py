@@ -63,7 +63,7 @@ STATS_DTYPE = np.dtype([
 CONSUME_DTYPE = np.dtype([("cpu", _u32), ("reserved", _u32), ("tail", _u64)])
 
 _IOC_WRITE, _IOC_READ = 1, 2
-IOC_MAGIC = 0xB7
+IOC_MAGIC = 0xBD
 
 
 def _ioc(direction: int, nr: int, size: int) -> int:
@@ -308,6 +308,11 @@ class KmodSource:
         if self._closed:
             return
         self._final_stats = self.stats() if hasattr(self, "rings") else {}
+        if getattr(self, "_config", None) is not None:
+            try:
+                fcntl.ioctl(self._fd, IOC_STOP)     # sampling ends with the reader
+            except OSError:
+                pass
         self._closed = True
         self.rings = []
         for m in self._maps:

@@ -44,8 +44,9 @@ struct pw_config {
 	__u64 cpu_mask[PW_CPU_WORDS];	/* CPUs to watch; at least one */
 	__u64 period_ns;		/* 0: 1 ms */
 	__u64 interval_insns;		/* 0: 100M retired instructions */
-	__u32 target_tgid;		/* 0: all tasks */
-	__u32 msr_mask;			/* bits below PW_NR_MSRS only */
+	__u32 target_tgid;		/* 0: all tasks (needs CAP_PERFMON) */
+	__u32 msr_mask;			/* in: bits below PW_NR_MSRS only;
+					 * out: those every probed CPU has */
 	__u32 nr_records;		/* per CPU, power of two; 0: 4096 */
 	__u32 watermark;		/* wake at this fill; 0: nr_records / 2 */
 	__u64 ring_bytes;		/* out: bytes of one CPU's ring */
@@ -71,8 +72,8 @@ struct pw_record {
 	__u64 cycles;
 	__u64 interval;		/* interval ends seen on this CPU so far */
 	__u32 cpu;
-	__u32 pid;		/* tgid of the interrupted task */
-	__u32 tid;
+	__u32 pid;		/* tgid, in the configuring reader's pid namespace */
+	__u32 tid;		/* 0 if the task is not visible there */
 	__u32 flags;
 	__u64 reserved;
 };
@@ -121,7 +122,12 @@ struct pw_consume {
 	__u64 tail;		/* new tail: old tail <= tail <= head */
 };
 
-#define PW_IOC_MAGIC		0xB7
+/*
+ * 0xBD: not in Documentation/userspace-api/ioctl/ioctl-number.rst (0xB7 is
+ * nsfs and remoteproc, 0xB8 mshv, 0xBA liveupdate).  Entry for that table:
+ * 0xBD  01-0F  phasewatch_uapi.h  phasewatch sampler (out of tree)
+ */
+#define PW_IOC_MAGIC		0xBD
 #define PW_IOC_CONFIGURE	_IOWR(PW_IOC_MAGIC, 1, struct pw_config)
 #define PW_IOC_START		_IO(PW_IOC_MAGIC, 2)
 #define PW_IOC_STOP		_IO(PW_IOC_MAGIC, 3)

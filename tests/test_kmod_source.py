@@ -143,3 +143,23 @@ def test_msr_names_outside_the_allowlist_are_refused():
     assert ks.msr_mask(["aperf", "mperf"]) == 0b110
     with pytest.raises(ValueError):
         ks.msr_mask(["ia32_misc_enable"])
+
+
+def test_close_sends_stop_to_the_device(ring_file, monkeypatch):
+    """close() ends sampling itself instead of leaving it to garbage collection.
+    No device can be loaded here, so the ioctls on a configured source are recorded."""
+    path, _, _ = ring_file
+    src = ks.KmodSource(str(path))
+    src._config = np.zeros(1, ks.CONFIG_DTYPE)[0]      # as after PW_IOC_CONFIGURE
+    calls = []
+    monkeypatch.setattr(ks.fcntl, "ioctl", lambda fd, cmd, *args: calls.append(cmd))
+    src.close()
+    assert ks.IOC_STOP in calls
+    src.close()
+    assert calls.count(ks.IOC_STOP) == 1
+
+
+def test_ioctl_magic_is_not_nsfs():
+    """0xB7 belongs to nsfs (NS_GET_PARENT reached the driver before)."""
+    assert {cmd >> 8 & 0xFF for cmd in (ks.IOC_CONFIGURE, ks.IOC_START, ks.IOC_STOP,
+                                        ks.IOC_STATS, ks.IOC_CONSUME)} == {0xBD}
