@@ -15,7 +15,7 @@ from .results import JsonLinesSink, PhaseSummary, adjusted_rand_index
 from .tracefiles import open_trace
 
 
-def add_detector_arguments(parser) -> None:
+def add_detector_arguments(parser, output: bool = True) -> None:
     parser.add_argument("--detector", choices=detectors.NAMES, default="vpf",
                         help="vpf: voltage and productive frequency (the thesis); "
                              "vpf-ip: also the instruction-pointer vector")
@@ -28,7 +28,8 @@ def add_detector_arguments(parser) -> None:
                       help="end an interval every N retired instructions (default 100M)")
     size.add_argument("--interval-ms", type=float, metavar="MS",
                       help="end an interval every MS milliseconds instead")
-    parser.add_argument("--output", metavar="FILE", help="write one JSON object per interval")
+    if output:
+        parser.add_argument("--output", metavar="FILE", help="write one JSON object per interval")
 
 
 def add_arguments(parser) -> None:
