@@ -36,6 +36,8 @@ demo: install
 	$(VENV)/bin/phasewatch replay $(BUILD)/synthetic-skylake.arrow --labels $(EXAMPLE).labels.json
 	$(VENV)/bin/phasewatch replay $(BUILD)/synthetic-skylake.arrow --detector vpf-ip \
 		--labels $(EXAMPLE).labels.json --output $(BUILD)/synthetic-skylake.jsonl
+	$(VENV)/bin/phasewatch report $(BUILD)/synthetic-skylake.arrow --detector vpf-ip \
+		--labels $(EXAMPLE).labels.json --out $(BUILD)/report
 	$(MAKE) -s -C tests/workloads OUT=$(CURDIR)/$(BUILD)
 	$(VENV)/bin/phasewatch run --detector vpf-ip --record $(BUILD)/abab.arrow -- $(BUILD)/abab 1.5
 

@@ -207,3 +207,26 @@ def classify_reference(profiles, counts, bounds, kinds, used, params: DetectorPa
         dists.append(d)
         prev = chosen
     return np.array(phases, np.int64), np.array(dists), np.array(news, np.bool_)
+
+
+def threshold_history(distance: np.ndarray, new_phase: np.ndarray,
+                      params: DetectorParams) -> np.ndarray:
+    """The threshold each interval was judged against, rebuilt from the
+    classifier's decisions by the rule it follows online: fixed, or moved by
+    the distance of each interval that joined an existing phase."""
+    distance = np.asarray(distance, np.float64)
+    if not params.adaptive:
+        return np.full(len(distance), params.threshold)
+    thr = np.array([params.threshold, 0.0, 0.0, 0.0])
+    return _threshold_history(distance, np.asarray(new_phase, np.bool_),
+                              adaptive_settings(params), thr)
+
+
+@numba.njit(cache=True)
+def _threshold_history(distance, new_phase, settings, thr):
+    out = np.empty(len(distance))
+    for i in range(len(distance)):
+        out[i] = thr[_THR]
+        if not new_phase[i] and not np.isnan(distance[i]):
+            _adapt(thr, distance[i], settings)
+    return out

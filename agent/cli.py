@@ -15,6 +15,7 @@ COMMANDS = {
     "replay": ("cmd_replay", "detect phases in a recorded trace (project format or CSV)"),
     "convert": ("cmd_convert", "convert a raw CSV to the trace format"),
     "probe": ("cmd_probe", "tell which signals this host offers, and why not"),
+    "report": ("cmd_report", "draw the phases of a run: an HTML page and a PNG"),
 }
 
 

@@ -15,7 +15,7 @@ from .results import JsonLinesSink, PhaseSummary, adjusted_rand_index
 from .tracefiles import open_trace
 
 
-def add_detector_arguments(parser) -> None:
+def add_detector_arguments(parser, output: bool = True) -> None:
     parser.add_argument("--detector", choices=detectors.NAMES, default="vpf",
                         help="vpf: voltage and productive frequency (the thesis); "
                              "vpf-ip: also the code signature over all executable mappings; "
@@ -32,7 +32,8 @@ def add_detector_arguments(parser) -> None:
     size.add_argument("--interval-samples", type=int, metavar="N",
                       help="end an interval every N samples instead (N ms of the "
                            "program's CPU time at 1 kHz, however busy the host)")
-    parser.add_argument("--output", metavar="FILE", help="write one JSON object per interval")
+    if output:
+        parser.add_argument("--output", metavar="FILE", help="write one JSON object per interval")
 
 
 def add_arguments(parser) -> None:

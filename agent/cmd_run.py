@@ -73,6 +73,8 @@ def add_arguments(parser) -> None:
                         help="also write the raw samples to TRACE, for 'phasewatch replay'")
     parser.add_argument("--json", action="store_true",
                         help="print the summary as JSON instead of the phase table")
+    parser.add_argument("--report", metavar="DIR",
+                        help="also draw the phases into DIR (as 'phasewatch report' does)")
     parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                         help="the command to run and watch")
 
@@ -107,6 +109,9 @@ def check_arguments(args) -> None:
     interval_params(args, IntervalParams(), ("instructions",), warn=lambda msg: None)
     for path in (args.record, args.output):
         check_writable(path)
+    if args.report:
+        from .cmd_report import check_report_dir
+        check_report_dir(args.report)
 
 
 def watch(args, child: Child, source: PerfSource) -> int:
@@ -123,6 +128,7 @@ def watch(args, child: Child, source: PerfSource) -> int:
             meta = run_metadata(child, source, signals, interval, program_text_range(symbolizer))
             pipeline = pipeline_for(meta, args, detector)
             maps = ProcessMappings(child.pid, pipeline, record=args.record, just_execd=True)
+            figure = observe_figure(pipeline) if args.report else None
             functions = PhaseFunctions(symbolizer)
             sinks += [JsonLinesSink(out)] if out else []
             trace = TraceWriter(args.record, meta, signals) if args.record else None
@@ -158,7 +164,30 @@ def watch(args, child: Child, source: PerfSource) -> int:
         "trace": args.record,
     }
     report(args, run_info, sinks[0], pipeline, functions)
+    if figure is not None:
+        draw(args.report, figure, functions, run_info)
     return exit_status
+
+
+def observe_figure(pipeline: Pipeline):
+    from .phase_figure import FigureRecorder
+    recorder = FigureRecorder(pipeline.params, pipeline.layout.bounds, pipeline.used)
+    pipeline.profile_observers.append(recorder)
+    return recorder
+
+
+def draw(out_dir: str, recorder, functions: PhaseFunctions, run_info: dict) -> None:
+    """The report of the run, as 'phasewatch report' draws it from a recording."""
+    from .cmd_report import phase_rows, write_report
+    if recorder.n_intervals == 0:
+        warn(f"no report in {out_dir}: the run ended before its first interval did")
+        return
+    iv = recorder.intervals()
+    figure = recorder.figure(iv.phase, iv.distance, iv.new_phase)
+    notes = [f"{' '.join(run_info['command'])}: {run_info['seconds']:.1f} s, "
+             f"{len(iv)} intervals {run_info['interval']}, detector {run_info['detector']}"]
+    write_report(out_dir, figure, f"phases of {os.path.basename(run_info['command'][0])}",
+                 notes, phase_rows(iv, functions))
 
 
 def load_kernels(args, detector: str, interval: IntervalParams, signals) -> None:

@@ -75,6 +75,9 @@ class Pipeline:
         self.accumulator.set_code_map(CodeMap.from_mappings(mappings))
         self.count = 0
         self.samples = 0
+        #: Called with each block of completed intervals and their classification,
+        #: for sinks that need the profiles themselves (the report's heatmaps).
+        self.profile_observers: list = []
 
     def feed(self, batch: SampleBatch) -> Intervals:
         n = len(batch)
@@ -133,7 +136,10 @@ class Pipeline:
     def _classify(self, block: IntervalBlock) -> Intervals:
         phase, dist, new = classify(block.profiles, block.segment_samples, self.layout.bounds,
                                     SEGMENT_KINDS, self.used, self.classifier)
-        return self._intervals(block, phase, dist, new)
+        intervals = self._intervals(block, phase, dist, new)
+        for observe in self.profile_observers:
+            observe(block, intervals)
+        return intervals
 
     def _intervals(self, block: IntervalBlock, phase, dist, new, partial=False) -> Intervals:
         n = len(block)

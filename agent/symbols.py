@@ -28,6 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
+import cxxfilt
 import numpy as np
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
@@ -229,6 +230,16 @@ def _underscores(name: str) -> int:
     return len(name) - len(name.lstrip("_"))
 
 
+def demangle(name: str) -> str:
+    """A C++ symbol as people read it (``ns::f(int)``); other names unchanged."""
+    if not name.startswith("_Z"):
+        return name
+    try:
+        return cxxfilt.demangle(name)
+    except cxxfilt.InvalidName:
+        return name
+
+
 def _sorted_functions(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Starts, ends and names, one per address (aliases collapse to the best
     bound, plainest, shortest name); a symbol without a size reaches to the next one."""
@@ -237,7 +248,7 @@ def _sorted_functions(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     unique = [row for i, row in enumerate(rows) if i == 0 or row[0] != rows[i - 1][0]]
     starts = np.array([row[0] for row in unique], dtype=np.uint64)
     sizes = np.array([row[1] for row in unique], dtype=np.uint64)
-    names = np.array([row[3] for row in unique], dtype=object)
+    names = np.array([demangle(row[3]) for row in unique], dtype=object)
     next_starts = np.append(starts[1:], np.uint64(np.iinfo(np.uint64).max))
     ends = np.where(sizes > 0, starts + sizes, next_starts)
     return starts, ends, names
