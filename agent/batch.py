@@ -16,6 +16,10 @@ from typing import Iterable, Mapping
 import numpy as np
 
 MISSING = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
+#: x86-64 kernel addresses start here (the canonical upper half).  An ``ip``
+#: at or above it is no user-space code: a kernel address, or MISSING (the
+#: kernel module's mark for a sample taken in kernel mode).
+KERNEL_START = np.uint64(0xFFFF_8000_0000_0000)
 
 #: Every raw column a batch may carry, with its dtype, in trace order.
 RAW_DTYPES: dict[str, np.dtype] = {

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .batch import SampleBatch
+from .batch import KERNEL_START, SampleBatch
 from .classify import ClassifierState, classify
 from .decode import PROFILE_COUNTERS, DecoderState, decode
 from .detectors import used_mask
@@ -18,7 +18,6 @@ from .intervals import SEGMENT_KINDS, SEGMENTS, IntervalAccumulator, IntervalBlo
 from .metadata import cpu_model
 from .params import Params
 
-KERNEL_ADDRESSES = np.uint64(0x8000_0000_0000_0000)
 #: Rows decoded and profiled at a time, so that the work arrays stay in cache.
 CHUNK_ROWS = 32768
 
@@ -134,7 +133,7 @@ class Pipeline:
     def _guess_text_range(self, ips: np.ndarray) -> None:
         """No text range known: take the span of the user-space IPs seen first,
         and keep it, so that profiles stay comparable for the whole run."""
-        user = ips[(ips != 0) & (ips < KERNEL_ADDRESSES)]
+        user = ips[(ips != 0) & (ips < KERNEL_START)]
         if len(user) == 0:
             return
         lo, hi = int(user.min()), int(user.max()) + 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .batch import MISSING, SampleBatch
+from .batch import KERNEL_START, MISSING, SampleBatch
 from .classify import classify_reference
 from .decode import COUNTERS, F, FIELDS
 from .detectors import used_mask
@@ -97,7 +97,8 @@ def profiles(batch: SampleBatch, decoded: np.ndarray, ends: np.ndarray, params: 
     ip_bins = None
     if "ip" in batch and text_range is not None:
         bits = int(hp.ip_bins).bit_length() - 1
-        ip_bins = ip_bins_reference(batch["ip"], text_range[0], text_range[1], bits, hp.ip_fold_groups)
+        ips = np.where(batch["ip"] >= KERNEL_START, np.uint64(0), batch["ip"])
+        ip_bins = ip_bins_reference(ips, text_range[0], text_range[1], bits, hp.ip_fold_groups)
     for k, (a, b) in enumerate(zip(starts, ends + 1)):
         volt = decoded[F["voltage_mv"], a:b]
         pf = decoded[F["pfreq_mhz"], a:b]
