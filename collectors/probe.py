@@ -16,7 +16,7 @@ import numpy as np
 
 from phasewatch.errors import UserError
 
-from . import cpufreq, cpuidle, hwmon, msr, perf_event as pe, perf_msr, powercap
+from . import cpufreq, cpuidle, hwmon, msr, perf_event as pe, perf_msr, powercap, registry
 from .cpuinfo import base_frequency_hz, read_cpuinfo
 
 SAMPLER_RATE = "1 kHz per CPU (sampler)"
@@ -41,6 +41,7 @@ class Roots:
     proc: str = "/proc"
     powercap: str = powercap.DEFAULT_ROOT
     hwmon: str = hwmon.DEFAULT_ROOT
+    kmod: str = "/dev/phasewatch"
 
     @property
     def cpu(self) -> str:
@@ -72,7 +73,11 @@ def probe(cpu: int = 0, msr_path: str = msr.DEFAULT_PATH, roots: Roots | None = 
         "base_frequency_hz": base_hz, "base_frequency_from": base_from,
         "perf_event_paranoid": pe.paranoid(roots.proc), "msr_path": msr_path,
     }
-    return {"host": host, "signals": [asdict(r) for r in rows]}
+    offers = registry.survey(registry.Host(cpu, msr_path, roots.kmod, roots.powercap, roots.sys))
+    taken, passed = registry.candidates(offers)
+    return {"host": host, "signals": [asdict(r) for r in rows],
+            "sources": [offer.as_dict() for offer in offers.values()],
+            "auto": taken[0] if taken else None}
 
 
 # --- MSRs ----------------------------------------------------------------------

@@ -128,17 +128,27 @@ def survey(host: Host | None = None) -> dict[str, Offer]:
     return {name: entry.check(host) for name, entry in REGISTRY.items()}
 
 
-def choose(offers: dict[str, Offer]) -> tuple[str, dict[str, str]]:
-    """The entry ``auto`` takes, and why each one before it was passed over."""
-    passed = {}
+def candidates(offers: dict[str, Offer]) -> tuple[list[str], dict[str, str]]:
+    """The entries ``auto`` would take, best first, and why the others were passed over."""
+    taken, passed = [], {}
     for name in AUTO_ORDER:
         extra = set(offers[name].columns) - set(offers["perf"].columns)
         if offers[name].available and (name == "perf" or extra):
-            return name, passed
-        passed[name] = offers[name].reason or \
-            f"adds nothing to perf ({', '.join(offers[name].columns[2:])}: {offers[name].detail})"
-    raise UserError("no source of samples on this host: " +
-                    "; ".join(f"{n}: {r}" for n, r in passed.items()))
+            taken.append(name)
+        else:
+            passed[name] = offers[name].reason or \
+                f"adds nothing to perf ({', '.join(offers[name].columns[2:])}: {offers[name].detail})"
+    return taken, passed
+
+
+def choose(offers: dict[str, Offer]) -> tuple[str, dict[str, str]]:
+    """The entry ``auto`` takes, and why each one before it was passed over."""
+    taken, passed = candidates(offers)
+    if not taken:
+        raise UserError("no source of samples on this host: " +
+                        "; ".join(f"{n}: {r}" for n, r in passed.items()))
+    return taken[0], {n: r for n, r in passed.items()
+                      if AUTO_ORDER.index(n) < AUTO_ORDER.index(taken[0])}
 
 
 def open_source(choice: str = "auto", *, pid: int | None = None, cpus=None,
@@ -149,16 +159,24 @@ def open_source(choice: str = "auto", *, pid: int | None = None, cpus=None,
         raise UserError(f"unknown source {choice!r}: choose one of {', '.join(CHOICES)}")
     host = host or Host(msr_path=msr_path)
     target = Target(pid, list(cpus) if cpus is not None else None, rate_hz, perf_options)
-    passed: dict[str, str] = {}
     if choice == "auto":
-        choice, passed = choose(survey(host))
+        taken, passed = candidates(survey(host))
     else:
         offer = REGISTRY[choice].check(host)
         if not offer.available:
             raise UserError(f"source {choice} is not available: {offer.reason}")
-    source = REGISTRY[choice].open(host, target)
-    source.metadata.setdefault("not_taken", {}).update(passed)
-    return source
+        taken, passed = [choice], {}
+    for name in taken:
+        try:
+            source = REGISTRY[name].open(host, target)
+        except (OSError, UserError) as exc:     # an entry that checked out but would not start
+            passed[name] = f"did not open: {exc}"
+            continue
+        source.metadata.setdefault("not_taken", {}).update(
+            {n: r for n, r in passed.items() if n != name})
+        return source
+    raise UserError("no source of samples opened: " +
+                    "; ".join(f"{n}: {r}" for n, r in passed.items()))
 
 
 # --- kmod ----------------------------------------------------------------------
