@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .batch import KERNEL_START, SampleBatch
+from .collectors.cpuinfo import FALLBACK_BASE_HZ
 from .classify import ClassifierState, classify
 from .decode import PROFILE_COUNTERS, DecoderState, decode
 from .detectors import used_mask
@@ -97,7 +98,7 @@ class Pipeline:
     def for_trace(cls, meta: dict, params: Params) -> "Pipeline":
         """The pipeline for samples described by trace metadata ``meta``: the
         one constructor live runs and replay share, so that both decode alike."""
-        return cls(params, base_mhz=meta.get("base_freq_mhz") or 0.0,
+        return cls(params, base_mhz=meta.get("base_freq_mhz") or FALLBACK_BASE_HZ / 1e6,
                    voltage_from_perf_status=(meta.get("voltage_source")
                                              or cpu_model(meta).voltage_source) == "perf_status",
                    counter_scope=meta.get("counter_scope", "cpu"))

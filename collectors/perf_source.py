@@ -30,8 +30,7 @@ from . import perf_msr
 from .cpuinfo import base_frequency_hz, online_cpus
 
 SAMPLE_TYPE = pe.SAMPLE_IP | pe.SAMPLE_TID | pe.SAMPLE_TIME | pe.SAMPLE_CPU | pe.SAMPLE_PERIOD
-#: errnos meaning "this event does not exist here" (no hardware PMU, no such PMU event)
-NO_EVENT = (errno.ENOENT, errno.EOPNOTSUPP, errno.ENODEV, errno.EINVAL)
+NO_EVENT = pe.NO_EVENT
 
 #: group members a sample can carry, in batch column order
 COUNTED = ("instructions", "cycles", "tsc", "aperf", "mperf", "pperf")
@@ -47,16 +46,8 @@ EVENTS = {
 
 def privilege_error(exc: OSError, what: str) -> UserError:
     """The one-line message for a perf_event_open that was refused."""
-    level = pe.paranoid()
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return MissingPrivilege(
-            f"perf_event_paranoid={level} forbids {what}: run as root, grant "
-            f"CAP_PERFMON, or lower it (sysctl kernel.perf_event_paranoid=1)")
-    if exc.errno == errno.ESRCH:
-        return UserError(f"{what}: no such process")
-    if exc.errno == errno.EMFILE:
-        return UserError(f"{what}: too many open files: raise the limit (ulimit -n)")
-    return UserError(f"{what}: perf_event_open failed: {exc.strerror}")
+    kind = MissingPrivilege if exc.errno in (errno.EACCES, errno.EPERM) else UserError
+    return kind(pe.advice(exc, what))
 
 
 def sample_period(event: str, rate_hz: int, cycles_hz: float) -> int:
@@ -128,7 +119,7 @@ class PerfSource:
         self.samples = self.lost = self.throttled = 0
         self._fixed_period = period
         if cycles_hz is None:
-            cycles_hz = base_frequency_hz()[0] or 3e9
+            cycles_hz = base_frequency_hz()[0]
         try:
             self.event, self.counted = self._open(event, counts, msr_pmu, cycles_hz, pages)
         except BaseException:
