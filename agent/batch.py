@@ -41,7 +41,7 @@ RAW_DTYPES: dict[str, np.dtype] = {
 }
 
 REQUIRED_COLUMNS = ("t_ns", "cpu")
-#: Columns the CSV format must always carry (DESIGN §4); the rest are optional.
+#: Columns the CSV format must always carry (docs/formats.md); the rest are optional.
 CSV_COLUMNS = ("t_ns", "cpu", "tid", "ip", "perf_status", "aperf", "mperf",
                "pperf", "tsc", "instructions", "cycles")
 OPTIONAL_CSV_COLUMNS = ("c3", "c6", "c7", "energy_pkg_uj")

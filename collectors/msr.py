@@ -77,15 +77,6 @@ def open_device(path: str) -> int:
         raise MissingDevice(f"cannot open {path}: {exc.strerror}") from None
 
 
-def read_msr(path: str, address: int) -> int:
-    """One register, for probing: the value as an unsigned integer."""
-    fd = open_device(path)
-    try:
-        return int.from_bytes(os.pread(fd, 8, address), "little")
-    finally:
-        os.close(fd)
-
-
 def msr_safe_present(cpu: int = 0) -> bool:
     return os.path.exists(MSR_SAFE_PATH.format(cpu=cpu)) and os.path.exists(MSR_SAFE_BATCH)
 

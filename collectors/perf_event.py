@@ -36,7 +36,7 @@ FORMAT_GROUP = 1 << 3
 RECORD_LOST, RECORD_THROTTLE, RECORD_UNTHROTTLE, RECORD_SAMPLE = 2, 5, 6, 9
 
 FLAG_FD_CLOEXEC = 1 << 3
-IOC_ENABLE, IOC_DISABLE = ioc(IOC_NONE, ord("$"), 0, 0), ioc(IOC_NONE, ord("$"), 1, 0)
+IOC_ENABLE = ioc(IOC_NONE, ord("$"), 0, 0)
 IOC_SET_OUTPUT = ioc(IOC_NONE, ord("$"), 5, 0)
 
 CLOCK_MONOTONIC = 1
@@ -100,10 +100,6 @@ def enable(fd: int) -> None:
     fcntl.ioctl(fd, IOC_ENABLE, 0)
 
 
-def disable(fd: int) -> None:
-    fcntl.ioctl(fd, IOC_DISABLE, 0)
-
-
 def set_output(fd: int, target_fd: int) -> None:
     """Send ``fd``'s records to ``target_fd``'s ring buffer (same CPU)."""
     fcntl.ioctl(fd, IOC_SET_OUTPUT, target_fd)
@@ -113,10 +109,6 @@ def read_group(fd: int, n: int) -> np.ndarray:
     """The ``n`` values of a FORMAT_GROUP leader, as one read(2)."""
     raw = os.read(fd, 8 * (n + 1))
     return np.frombuffer(raw, "<u8", count=n, offset=8)
-
-
-def read_counter(fd: int) -> int:
-    return int.from_bytes(os.read(fd, 8), "little")
 
 
 #: errnos meaning "this event does not exist here" (no hardware PMU, no such PMU event)
@@ -226,9 +218,6 @@ class RingBuffer:
             raw = np.concatenate((self._data[start:], self._data[:stop]))
         self._meta[129] = head             # hand the space back to the kernel
         return raw
-
-    def drain(self) -> np.ndarray:
-        return parse_samples(self.read_raw(), self.dtype, self)
 
     def close(self) -> None:
         del self._meta, self._data

@@ -233,10 +233,6 @@ class PerfSource:
 
     # --- reading ---------------------------------------------------------
 
-    def enable(self) -> None:
-        for group in self._groups:
-            pe.enable(group.leader)
-
     def batches(self) -> Iterator[SampleBatch]:
         poller = select.poll()
         for ring in self._rings:
