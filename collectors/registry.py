@@ -12,8 +12,9 @@ where it offers nothing), and an ``open`` that starts it for a target.
     The model-specific registers read by the 1 kHz sampler: ``/dev/cpu/N/msr``
     (msr-safe's batch device where installed), else the perf ``msr`` PMU for
     the counters it has; plus RAPL package energy where ``powercap`` offers it.
-    Opened for a target, its readings are joined by time and CPU onto perf's
-    IP samples (:mod:`.merge`), so every row has what the pipeline needs.
+    Its readings are joined by time and CPU onto perf's IP samples
+    (:mod:`.merge`), so every row has what the pipeline needs; where perf
+    does not open, the sampler's rows go alone (the reason is recorded).
 ``perf``
     perf_event: IP samples at 1 kHz (cycles, else cpu-clock), instructions and
     cycles where there is a hardware PMU, tsc/aperf/mperf/pperf from the perf
@@ -227,8 +228,6 @@ def check_msr(host: Host) -> Offer:
 def open_msr(host: Host, target: Target):
     from .merge import MergedSource
     sampler = open_sampler(host, target)
-    if target.pid is None:
-        return sampler
     try:
         ips = open_perf(host, target, msr_pmu=False)
     except UserError as exc:

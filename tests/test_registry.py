@@ -102,7 +102,11 @@ def test_every_live_source_and_reader_keeps_its_contract(fake_msr):
     host = registry.Host(msr_path=fake_msr)
     merged = registry.open_source("msr", pid=os.getpid(), cpus=[0], host=host)
     perf = registry.open_source("perf", cpus=[0], host=host)
+    system_wide = registry.open_source("msr", cpus=[0], host=host)
     try:
+        assert isinstance(system_wide, MergedSource)
+        assert system_wide.metadata["counter_scope"] == "cpu"
+        assert {"ip", "perf_status"} <= set(system_wide.signals)
         assert isinstance(merged, MergedSource)
         for source in (merged, merged.primary, merged.secondary, perf):
             assert isinstance(source, Source), source
@@ -117,6 +121,7 @@ def test_every_live_source_and_reader_keeps_its_contract(fake_msr):
     finally:
         merged.close()
         perf.close()
+        system_wide.close()
     assert isinstance(MsrReader([0], ("tsc",), fake_msr), Reader)
     for sink in (JsonLinesSink(io.StringIO()), PhaseSummary()):
         assert isinstance(sink, Sink)
