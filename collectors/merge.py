@@ -77,6 +77,8 @@ class MergedSource:
                        "joined_from": secondary.metadata["source"],
                        "tolerance_ns": tolerance_ns},
             "parts": [primary.metadata, secondary.metadata],
+            "not_taken": {**primary.metadata.get("not_taken", {}),
+                          **secondary.metadata.get("not_taken", {})},
         }
         self._queue: queue.Queue = queue.Queue()
         self._regs = SampleBatch.empty(("t_ns", "cpu") + self.columns)

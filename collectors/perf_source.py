@@ -27,7 +27,7 @@ from phasewatch.errors import MissingPrivilege, UserError
 
 from . import perf_event as pe
 from . import perf_msr
-from .cpuinfo import base_frequency_hz, online_cpus
+from .cpuinfo import base_frequency_hz, online_cpus, read_cpuinfo
 
 SAMPLE_TYPE = pe.SAMPLE_IP | pe.SAMPLE_TID | pe.SAMPLE_TIME | pe.SAMPLE_CPU | pe.SAMPLE_PERIOD
 NO_EVENT = pe.NO_EVENT
@@ -116,6 +116,7 @@ class PerfSource:
         self._threads = [-1] if pid is None else (
             [pid] if enable_on_exec else process_threads(pid))
         self._ended = False
+        self.not_opened: dict[str, str] = {}    # group member -> why it did not open
         self.samples = self.lost = self.throttled = 0
         self._fixed_period = period
         if cycles_hz is None:
@@ -134,6 +135,7 @@ class PerfSource:
             "sample_rate_hz": rate_hz,
             "sample_period": self._period,
             "counted": list(self.counted),
+            "not_taken": dict(self.not_opened),
             "target": f"pid {pid}" if pid is not None else "cpus " + ",".join(map(str, self.cpus)),
             "clock": "CLOCK_MONOTONIC",
         }
@@ -148,6 +150,7 @@ class PerfSource:
             raise UserError(f"unknown sampling event {event!r}: use one of auto, {', '.join(EVENTS)}")
         candidates = ["cycles", "cpu-clock"] if event == "auto" else [event]
         for i, name in enumerate(candidates):
+            self.not_opened = {}
             self._period = self._fixed_period or sample_period(name, self.rate_hz, cycles_hz)
             wanted = [m for m in ("instructions", "cycles") if m != name and counts]
             wanted += [c for c in perf_msr.available_columns()] if msr_pmu else []
@@ -192,6 +195,9 @@ class PerfSource:
             group = self._open_group(name, (member,), self._threads[0], self.cpus[0])
         except OSError as exc:
             if exc.errno in NO_EVENT:
+                self.not_opened[member] = (f"not in a group sampling {name}: " +
+                                           pe.advice(exc, f"counting {member}",
+                                                     virtual=read_cpuinfo().hypervisor))
                 return False
             raise
         for fd in group.fds:
