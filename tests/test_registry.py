@@ -135,3 +135,45 @@ def test_asof_join_takes_the_latest_reading_of_the_same_cpu():
     out = asof_join(rows, regs, ("tsc",), tolerance_ns=20)
     assert out["tsc"].tolist() == [40, 41, 110, 110, int(MISSING)]   # 100: too old
     assert out["ip"].tolist() == [0, 1, 2, 3, 4]
+
+
+class Listed:
+    """A source over batches given in advance, each after ``delay_s``."""
+
+    def __init__(self, name, batches, delay_s=0.0):
+        self.metadata = {"source": name, "counter_scope": "cpu",
+                         "signals": {n: name for n in batches[0].signals}}
+        self.signals = batches[0].signals
+        self._batches, self._delay = batches, delay_s
+
+    def batches(self):
+        import time
+        for batch in self._batches:
+            time.sleep(self._delay)
+            yield batch
+
+    def stats(self):
+        return {"samples": 0, "lost_samples": 0, "errors": 0}
+
+    def close(self):
+        pass
+
+
+def test_merged_rows_wait_for_the_registers_that_follow_them():
+    # IP rows every 1 ms on CPUs 0 and 1; register readings every 1 ms that
+    # arrive later than the rows (a slow sampler): no row may be joined with
+    # a reading older than the latest one at or before it.
+    t = np.arange(0, 200) * 1_000_000
+    rows = [SampleBatch({"t_ns": t[i:i + 50] + 300_000, "cpu": (t[i:i + 50] // 1_000_000) % 2,
+                         "ip": np.full(50, 0x401000, np.uint64)}) for i in range(0, 200, 50)]
+    regs = [SampleBatch({"t_ns": np.repeat(t[i:i + 20], 2), "cpu": np.tile([0, 1], 20),
+                         "tsc": np.repeat(t[i:i + 20], 2).astype(np.uint64)})
+            for i in range(0, 200, 20)]
+    merged = MergedSource(Listed("perf", rows), Listed("msr", regs, delay_s=0.005), ("tsc",))
+    out = [b for b in merged.batches()]
+    merged.close()
+    t_ns = np.concatenate([b["t_ns"] for b in out])
+    tsc = np.concatenate([b["tsc"] for b in out])
+    assert len(t_ns) == 200 and merged.stats()["samples"] == 200
+    assert (tsc == t_ns - 300_000).all()          # the reading 0.3 ms before each row
+    assert merged.metadata["signals"] == {"t_ns": "perf", "cpu": "perf", "ip": "perf", "tsc": "msr"}
