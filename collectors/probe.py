@@ -75,7 +75,8 @@ def probe(cpu: int = 0, msr_path: str = msr.DEFAULT_PATH, roots: Roots | None = 
     offers = registry.survey(registry.Host(cpu, msr_path, roots.kmod, roots.powercap, roots.sys))
     taken, passed = registry.candidates(offers)
     return {"host": host, "signals": [asdict(r) for r in rows],
-            "sources": [offer.as_dict() for offer in offers.values()],
+            "sources": [{**offer.as_dict(), "description": registry.REGISTRY[name].description}
+                        for name, offer in offers.items()],
             "auto": taken[0] if taken else None}
 
 

@@ -142,16 +142,6 @@ def candidates(offers: dict[str, Offer]) -> tuple[list[str], dict[str, str]]:
     return taken, passed
 
 
-def choose(offers: dict[str, Offer]) -> tuple[str, dict[str, str]]:
-    """The entry ``auto`` takes, and why each one before it was passed over."""
-    taken, passed = candidates(offers)
-    if not taken:
-        raise UserError("no source of samples on this host: " +
-                        "; ".join(f"{n}: {r}" for n, r in passed.items()))
-    return taken[0], {n: r for n, r in passed.items()
-                      if AUTO_ORDER.index(n) < AUTO_ORDER.index(taken[0])}
-
-
 def open_source(choice: str = "auto", *, pid: int | None = None, cpus=None,
                 msr_path: str = msr.DEFAULT_PATH, rate_hz: int = 1000,
                 host: Host | None = None, **perf_options):
@@ -189,8 +179,8 @@ def check_kmod(host: Host) -> Offer:
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        return Offer("kmod", reason=f"no {path}: load the kernel module (kmod/README.md: "
-                                    f"make kmod, insmod kmod/phasewatch.ko)")
+        return Offer("kmod", reason=f"no {path}: load the kernel module "
+                                    f"(modprobe phasewatch; kmod/README.md installs it)")
     except OSError as exc:
         return Offer("kmod", reason=f"cannot stat {path}: {exc.strerror}")
     if not stat.S_ISCHR(mode):
