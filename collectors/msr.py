@@ -105,10 +105,19 @@ def read_registers(cpu: int, path_template: str) -> tuple[dict[str, object], str
     return values, None, path
 
 
+MSR_SAFE_ALLOWLIST = "/dev/cpu/msr_allowlist"
+
+
+def refused(path: str, address: int | None = None) -> str:
+    """The advice for an EACCES from msr-safe: its allowlist lacks the register."""
+    which = f"MSR {address:#x}" if address is not None else "a register"
+    return f"{path} refuses {which}: add it to msr-safe's allowlist ({MSR_SAFE_ALLOWLIST})"
+
+
 def register_failure(name: str, value: OSError, path: str) -> str:
     address = REGISTERS[name]
     if value.errno == errno.EACCES:
-        return f"{path} refuses MSR {address:#x}: add it to msr-safe's allowlist"
+        return refused(path, address)
     return f"MSR {address:#x} not readable on this CPU ({os.strerror(value.errno or errno.EIO)})"
 
 
@@ -257,9 +266,7 @@ class MsrSafeBatchReader:
             fcntl.ioctl(self._fd, X86_IOC_MSR_BATCH, self._array)
         except OSError as exc:
             if exc.errno == errno.EACCES:
-                raise MissingPrivilege(
-                    "msr-safe refused a register: add it to the allowlist "
-                    "(/dev/cpu/msr_allowlist)") from None
+                raise MissingPrivilege(refused(self.path)) from None
             if exc.errno != errno.EIO:     # EIO: some op failed; see per-op err
                 raise
         flat = out.reshape(-1)
