@@ -1,7 +1,8 @@
-"""Each live path of ``phasewatch run --source`` end to end, with real parts:
-the real CLI and perf events, fake MSR devices as sparse files whose counters
-a writer thread advances while the program runs, and kernel-module rings as
-:class:`KmodSource` maps them."""
+"""``phasewatch run --source msr`` end to end, with real parts: the real CLI,
+real perf events and a real program, and fake MSR devices (sparse files, each
+value at offset = MSR address) whose counters a writer thread advances while
+the program runs.  The kernel module's path is in test_kmod_pipeline.py, the
+choice of ``auto`` in test_registry.py."""
 
 from __future__ import annotations
 
@@ -96,9 +97,9 @@ def fake_msrs(tmp_path):
 
 def test_run_source_msr_samples_voltage_and_pfreq_and_finds_the_two_halves(fake_msrs, tmp_path):
     template, flag = fake_msrs
-    out = tmp_path / "phases.jsonl"
+    out, trace = tmp_path / "phases.jsonl", tmp_path / "run.arrow"
     proc = subprocess.run([str(BIN), "run", "--source", "msr", "--msr-path", template,
-                           "--json", "--output", str(out), "--",
+                           "--json", "--output", str(out), "--record", str(trace), "--",
                            sys.executable, "-c", WORKLOAD, str(flag), "2.0"],
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
@@ -123,3 +124,9 @@ def test_run_source_msr_samples_voltage_and_pfreq_and_finds_the_two_halves(fake_
     assert rows[last]["voltage_mv"] == pytest.approx(1000 * VOLTS[1], abs=1)
     ratio = rows[last]["pfreq_mhz"] / rows[first]["pfreq_mhz"]
     assert ratio == pytest.approx(PPERF_SHARE[1] / PPERF_SHARE[0], rel=0.1)
+    # The recording replays to the same phases, interval for interval.
+    replayed = tmp_path / "replayed.jsonl"
+    proc = subprocess.run([str(BIN), "replay", str(trace), "--output", str(replayed)],
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(line)["phase"] for line in replayed.read_text().splitlines()] == phases
