@@ -30,6 +30,8 @@ KEEP_NS = 2_000_000_000
 #: How long the end of the run waits for the secondary to pass the last rows.
 CATCH_UP_S = 0.3
 _END = object()
+#: Counters a primary source may keep per thread.
+THREAD_COUNTERS = ("instructions", "cycles")
 
 
 def asof_join(rows: SampleBatch, regs: SampleBatch, columns, tolerance_ns: int) -> SampleBatch:
@@ -72,7 +74,10 @@ class MergedSource:
             "signals": {**{n: s for n, s in primary.metadata["signals"].items()
                            if n not in self.columns},
                         **{n: secondary.metadata["signals"][n] for n in self.columns}},
-            "counter_scope": primary.metadata.get("counter_scope", "cpu"),
+            # The registers count per CPU; the primary's own counters (perf's
+            # instructions and cycles) may follow threads, and then win.
+            "counter_scope": primary.metadata.get("counter_scope", "cpu")
+            if set(primary.signals) & set(THREAD_COUNTERS) else "cpu",
             "merged": {"rows_from": primary.metadata["source"],
                        "joined_from": secondary.metadata["source"],
                        "tolerance_ns": tolerance_ns},

@@ -116,6 +116,9 @@ def test_every_live_source_and_reader_keeps_its_contract(fake_msr):
         assert isinstance(merged.primary, PerfSource) and isinstance(merged.secondary, Sampler)
         assert merged.metadata["signals"]["perf_status"] == "msr"
         assert merged.metadata["signals"]["ip"] == "perf"
+        # Without per-thread instruction counts every counter is per CPU
+        thread_counts = {"instructions", "cycles"} <= set(merged.signals)
+        assert merged.metadata["counter_scope"] == ("thread" if thread_counts else "cpu")
         for reader in merged.secondary.readers:
             assert isinstance(reader, Reader)
     finally:
