@@ -117,6 +117,7 @@ def check_arguments(args) -> None:
     if args.cpu is not None and args.no_pin:
         raise UserError("--cpu and --no-pin contradict each other: give one of them")
     detector_params(args)
+    msr.device_path(args.msr_path, 0)
     interval_params(args, IntervalParams(), ("instructions",), warn=lambda msg: None)
     for path in (args.record, args.output):
         check_writable(path)

@@ -77,6 +77,15 @@ def open_device(path: str) -> int:
         raise MissingDevice(f"cannot open {path}: {exc.strerror}") from None
 
 
+def device_path(template: str, cpu: int) -> str:
+    """``template`` with ``{cpu}`` replaced by the CPU number."""
+    try:
+        return template.format(cpu=cpu)
+    except (KeyError, IndexError, ValueError):
+        raise UserError(f"--msr-path {template!r}: the only field it may hold is {{cpu}}, "
+                        f"e.g. {DEFAULT_PATH}") from None
+
+
 def msr_safe_present(cpu: int = 0) -> bool:
     return os.path.exists(MSR_SAFE_PATH.format(cpu=cpu)) and os.path.exists(MSR_SAFE_BATCH)
 
@@ -84,7 +93,7 @@ def msr_safe_present(cpu: int = 0) -> bool:
 def read_registers(cpu: int, path_template: str) -> tuple[dict[str, object], str | None, str]:
     """Every register of :data:`REGISTERS` on ``cpu``: name -> raw value,
     or name -> OSError; plus the reason the device did not open, if it did not."""
-    path = path_template.format(cpu=cpu)
+    path = device_path(path_template, cpu)
     if path_template == DEFAULT_PATH and msr_safe_present(cpu):
         path = MSR_SAFE_PATH.format(cpu=cpu)
     try:
@@ -139,7 +148,7 @@ class MsrReader:
             raise UserError(f"unknown MSR column(s) {', '.join(unknown)}: use {', '.join(REGISTERS)}")
         self.path = path
         self._pread = pread
-        self._fds = [open_device(path.format(cpu=c)) for c in self.cpus]
+        self._fds = [open_device(device_path(path, c)) for c in self.cpus]
         self.alive = np.ones(len(self.cpus), bool)
         self.read_errors = 0
         self.lost_cpus: list[int] = []

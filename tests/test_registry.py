@@ -93,6 +93,14 @@ def test_a_missing_kernel_module_is_a_one_line_error():
     assert "/dev/phasewatch" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("command", ["run", "probe"])
+def test_a_bad_msr_path_template_is_a_one_line_error(command):
+    extra = ["--", "true"] if command == "run" else []
+    proc = phasewatch(command, "--msr-path", "/tmp/{cpux}/msr", *extra)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "{cpu}" in proc.stderr, proc.stderr
+
+
 def test_unknown_choice_is_refused():
     with pytest.raises(UserError, match="choose one of auto, kmod, msr, perf"):
         registry.open_source("msrs")
