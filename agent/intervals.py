@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from .batch import KERNEL_START
 from .decode import F
 from .codemap import CodeMap
 from .histograms import CUMULATIVE, TOTAL_VARIATION, ip_bins, value_bins
@@ -130,7 +131,8 @@ class IntervalAccumulator:
             self.code_map.bins(np.ascontiguousarray(ip), np.ascontiguousarray(t_ns),
                                hp.code_region_bits, hp.code_bins, bins[2])
         elif ip is not None and self.text_hi > self.text_lo:
-            ip_bins(np.ascontiguousarray(ip), self.text_lo, self.text_hi, self.ip_bits,
+            ip = np.where(ip >= KERNEL_START, np.uint64(0), ip)   # kernel or MISSING: unknown
+            ip_bins(ip, self.text_lo, self.text_hi, self.ip_bits,
                     hp.ip_fold_groups, bins[2])
         else:
             bins[2] = -1

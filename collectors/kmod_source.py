@@ -21,8 +21,10 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from phasewatch import metadata as _metadata
 from phasewatch.batch import MISSING, SampleBatch, concat
+
+from .ioctl import IOC_NONE, IOC_READ, IOC_WRITE, ioc
+from .msr import REGISTERS
 
 DEVICE = "/dev/phasewatch"
 ABI_VERSION = 1
@@ -33,8 +35,8 @@ REC_USER, REC_TARGET = 1 << 0, 1 << 1
 CLOCKS = {0: "none", 1: "instructions", 2: "software"}
 
 #: The allowlist order of ``enum pw_msr``: bit i of the MSR mask reads MSRS[i].
+#: Their addresses are :data:`phasewatch.collectors.msr.REGISTERS`.
 MSRS = ("perf_status", "mperf", "aperf", "pperf", "tsc", "c3", "c6", "c7")
-MSR_ADDRESSES = (0x198, 0xE7, 0xE8, 0x64E, 0x10, 0x3FC, 0x3FD, 0x3FE)
 
 _u32, _u64 = "<u4", "<u8"
 
@@ -62,19 +64,18 @@ STATS_DTYPE = np.dtype([
 ])
 CONSUME_DTYPE = np.dtype([("cpu", _u32), ("reserved", _u32), ("tail", _u64)])
 
-_IOC_WRITE, _IOC_READ = 1, 2
 IOC_MAGIC = 0xBD
 
 
 def _ioc(direction: int, nr: int, size: int) -> int:
-    return direction << 30 | size << 16 | IOC_MAGIC << 8 | nr
+    return ioc(direction, IOC_MAGIC, nr, size)
 
 
-IOC_CONFIGURE = _ioc(_IOC_READ | _IOC_WRITE, 1, CONFIG_DTYPE.itemsize)
-IOC_START = _ioc(0, 2, 0)
-IOC_STOP = _ioc(0, 3, 0)
-IOC_STATS = _ioc(_IOC_READ, 4, STATS_DTYPE.itemsize)
-IOC_CONSUME = _ioc(_IOC_WRITE, 5, CONSUME_DTYPE.itemsize)
+IOC_CONFIGURE = _ioc(IOC_READ | IOC_WRITE, 1, CONFIG_DTYPE.itemsize)
+IOC_START = _ioc(IOC_NONE, 2, 0)
+IOC_STOP = _ioc(IOC_NONE, 3, 0)
+IOC_STATS = _ioc(IOC_READ, 4, STATS_DTYPE.itemsize)
+IOC_CONSUME = _ioc(IOC_WRITE, 5, CONSUME_DTYPE.itemsize)
 
 class KmodError(OSError):
     """The module refused a request, or a ring is not what the ABI says."""
@@ -249,13 +250,13 @@ class KmodSource:
         kmod = {"device": self.device, "abi_version": ABI_VERSION,
                 "cpus": [r.cpu for r in self.rings],
                 "ring_records": [r.nr_records for r in self.rings],
-                "msrs": {n: hex(MSR_ADDRESSES[MSRS.index(n)]) for n in self._msrs}}
+                "msrs": {n: hex(REGISTERS[n]) for n in self._msrs}}
         if cfg is not None:
             kmod.update(period_ns=int(cfg["period_ns"]),
                         interval_instructions=int(cfg["interval_insns"]),
                         target_tgid=int(cfg["target_tgid"]))
-        return _metadata.new(signals={n: "kmod" for n in ("tid", "ip") + tuple(self._msrs)},
-                             kmod=kmod)
+        return {"source": "kmod", "counter_scope": "cpu", "kmod": kmod,
+                "signals": {n: "kmod" for n in self.signals}}
 
     def drain(self, signals: tuple[str, ...]) -> SampleBatch:
         """Everything the rings hold now, in time order, released to the module."""
@@ -302,6 +303,9 @@ class KmodSource:
                    "intervals": sum(int(r.header["intervals"]) for r in self.rings)}
         out["lost"] = sum(r.lost for r in self.rings)
         out["batches"] = self._batches
+        out["samples"] = out["records"]
+        out["lost_samples"] = out["lost"]
+        out["errors"] = out.get("msr_faults", 0)
         return out
 
     def close(self) -> None:

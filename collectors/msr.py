@@ -25,6 +25,8 @@ import numpy as np
 from phasewatch.batch import MISSING
 from phasewatch.errors import MissingDevice, MissingPrivilege, UserError
 
+from .ioctl import IOC_READ, IOC_WRITE, ioc
+
 DEFAULT_PATH = "/dev/cpu/{cpu}/msr"
 MSR_SAFE_PATH = "/dev/cpu/{cpu}/msr_safe"
 MSR_SAFE_BATCH = "/dev/cpu/msr_batch"
@@ -45,9 +47,20 @@ ALL_COLUMNS = tuple(REGISTERS)
 OFFLINE_ERRNOS = (errno.ENXIO, errno.ENODEV, errno.ENOENT, errno.EBADF)
 
 
+#: IA32_PERF_STATUS bits 47:32 hold the core voltage in units of 1/8192 V.
+VOLTAGE_SHIFT, VOLTAGE_MASK, VOLTAGE_UNITS_PER_VOLT = 32, 0xFFFF, 8192
+
+
 def voltage_volts(perf_status):
-    """Core voltage from IA32_PERF_STATUS bits 47:32, in units of 1/8192 V."""
-    return ((np.asarray(perf_status, np.uint64) >> np.uint64(32)) & np.uint64(0xFFFF)) / 8192.0
+    """Core voltage from IA32_PERF_STATUS, in volts."""
+    raw = (np.asarray(perf_status, np.uint64) >> np.uint64(VOLTAGE_SHIFT)) & np.uint64(VOLTAGE_MASK)
+    return raw / VOLTAGE_UNITS_PER_VOLT
+
+
+def perf_status_of(volts, low_bits=0):
+    """IA32_PERF_STATUS values that hold ``volts`` (the inverse, for made-up samples)."""
+    raw = np.round(np.asarray(volts) * VOLTAGE_UNITS_PER_VOLT).astype(np.uint64)
+    return (raw << np.uint64(VOLTAGE_SHIFT)) | np.uint64(low_bits)
 
 
 def open_device(path: str) -> int:
@@ -64,17 +77,57 @@ def open_device(path: str) -> int:
         raise MissingDevice(f"cannot open {path}: {exc.strerror}") from None
 
 
-def read_msr(path: str, address: int) -> int:
-    """One register, for probing: the value as an unsigned integer."""
-    fd = open_device(path)
+def device_path(template: str, cpu: int) -> str:
+    """``template`` with ``{cpu}`` replaced by the CPU number."""
     try:
-        return int.from_bytes(os.pread(fd, 8, address), "little")
-    finally:
-        os.close(fd)
+        return template.format(cpu=cpu)
+    except (KeyError, IndexError, ValueError):
+        raise UserError(f"--msr-path {template!r}: the only field it may hold is {{cpu}}, "
+                        f"e.g. {DEFAULT_PATH}") from None
 
 
 def msr_safe_present(cpu: int = 0) -> bool:
     return os.path.exists(MSR_SAFE_PATH.format(cpu=cpu)) and os.path.exists(MSR_SAFE_BATCH)
+
+
+def read_registers(cpu: int, path_template: str) -> tuple[dict[str, object], str | None, str]:
+    """Every register of :data:`REGISTERS` on ``cpu``: name -> raw value,
+    or name -> OSError; plus the reason the device did not open, if it did not."""
+    path = device_path(path_template, cpu)
+    if path_template == DEFAULT_PATH and msr_safe_present(cpu):
+        path = MSR_SAFE_PATH.format(cpu=cpu)
+    try:
+        fd = open_device(path)
+    except UserError as exc:
+        return {}, str(exc), path
+    values: dict[str, object] = {}
+    try:
+        for name, address in REGISTERS.items():
+            try:
+                data = os.pread(fd, 8, address)
+                values[name] = int.from_bytes(data, "little") if len(data) == 8 else \
+                    OSError(errno.EIO, "short read")
+            except OSError as exc:
+                values[name] = exc
+    finally:
+        os.close(fd)
+    return values, None, path
+
+
+MSR_SAFE_ALLOWLIST = "/dev/cpu/msr_allowlist"
+
+
+def refused(path: str, address: int | None = None) -> str:
+    """The advice for an EACCES from msr-safe: its allowlist lacks the register."""
+    which = f"MSR {address:#x}" if address is not None else "a register"
+    return f"{path} refuses {which}: add it to msr-safe's allowlist ({MSR_SAFE_ALLOWLIST})"
+
+
+def register_failure(name: str, value: OSError, path: str) -> str:
+    address = REGISTERS[name]
+    if value.errno == errno.EACCES:
+        return refused(path, address)
+    return f"MSR {address:#x} not readable on this CPU ({os.strerror(value.errno or errno.EIO)})"
 
 
 class MsrReader:
@@ -95,7 +148,7 @@ class MsrReader:
             raise UserError(f"unknown MSR column(s) {', '.join(unknown)}: use {', '.join(REGISTERS)}")
         self.path = path
         self._pread = pread
-        self._fds = [open_device(path.format(cpu=c)) for c in self.cpus]
+        self._fds = [open_device(device_path(path, c)) for c in self.cpus]
         self.alive = np.ones(len(self.cpus), bool)
         self.read_errors = 0
         self.lost_cpus: list[int] = []
@@ -152,7 +205,7 @@ class MsrReader:
         self._plan()
 
     def stats(self) -> dict[str, int]:
-        return {"msr_read_errors": self.read_errors, "msr_cpus_lost": len(self.lost_cpus)}
+        return {"errors": self.read_errors, "cpus_lost": len(self.lost_cpus)}
 
     def close(self) -> None:
         for fd in self._fds:
@@ -178,11 +231,7 @@ class _BatchArray(ctypes.Structure):
                 ("ops", ctypes.POINTER(_BatchOp))]
 
 
-def _iowr(kind: str, nr: int, size: int) -> int:
-    return (3 << 30) | (size << 16) | (ord(kind) << 8) | nr
-
-
-X86_IOC_MSR_BATCH = _iowr("c", 0xA2, ctypes.sizeof(_BatchArray))
+X86_IOC_MSR_BATCH = ioc(IOC_READ | IOC_WRITE, ord("c"), 0xA2, ctypes.sizeof(_BatchArray))
 
 
 def msr_safe_version(path: str = MSR_SAFE_VERSION) -> int:
@@ -226,9 +275,7 @@ class MsrSafeBatchReader:
             fcntl.ioctl(self._fd, X86_IOC_MSR_BATCH, self._array)
         except OSError as exc:
             if exc.errno == errno.EACCES:
-                raise MissingPrivilege(
-                    "msr-safe refused a register: add it to the allowlist "
-                    "(/dev/cpu/msr_allowlist)") from None
+                raise MissingPrivilege(refused(self.path)) from None
             if exc.errno != errno.EIO:     # EIO: some op failed; see per-op err
                 raise
         flat = out.reshape(-1)
@@ -239,7 +286,7 @@ class MsrSafeBatchReader:
             self.read_errors += int(failed.sum())
 
     def stats(self) -> dict[str, int]:
-        return {"msr_read_errors": self.read_errors, "msr_cpus_lost": len(self.lost_cpus)}
+        return {"errors": self.read_errors, "cpus_lost": len(self.lost_cpus)}
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -7,7 +7,6 @@ opens the perf event) rather than guessing from the CPU model.
 
 from __future__ import annotations
 
-import errno
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ import numpy as np
 
 from phasewatch.errors import UserError
 
-from . import cpufreq, cpuidle, hwmon, msr, perf_event as pe, perf_msr, powercap
+from . import cpufreq, cpuidle, hwmon, msr, perf_event as pe, perf_msr, powercap, registry
 from .cpuinfo import base_frequency_hz, read_cpuinfo
 
 SAMPLER_RATE = "1 kHz per CPU (sampler)"
@@ -41,6 +40,7 @@ class Roots:
     proc: str = "/proc"
     powercap: str = powercap.DEFAULT_ROOT
     hwmon: str = hwmon.DEFAULT_ROOT
+    kmod: str = "/dev/phasewatch"
 
     @property
     def cpu(self) -> str:
@@ -56,7 +56,7 @@ def probe(cpu: int = 0, msr_path: str = msr.DEFAULT_PATH, roots: Roots | None = 
         raise UserError(f"cannot read {roots.proc}/cpuinfo: {exc.strerror}") from None
     model = info.cpu_model()
     base_hz, base_from = base_frequency_hz(cpu, roots.sys, roots.proc)
-    regs, msr_reason, msr_source = read_registers(cpu, msr_path)
+    regs, msr_reason, msr_source = msr.read_registers(cpu, msr_path)
     perf = PerfChecks(cpu, info.hypervisor, roots.sys)
     rows = [voltage_row(regs, msr_reason, msr_source, model, info.hypervisor, roots)]
     rows += [counter_row(name, regs, msr_reason, msr_source, perf, model)
@@ -72,47 +72,21 @@ def probe(cpu: int = 0, msr_path: str = msr.DEFAULT_PATH, roots: Roots | None = 
         "base_frequency_hz": base_hz, "base_frequency_from": base_from,
         "perf_event_paranoid": pe.paranoid(roots.proc), "msr_path": msr_path,
     }
-    return {"host": host, "signals": [asdict(r) for r in rows]}
+    offers = registry.survey(registry.Host(cpu, msr_path, roots.kmod, roots.powercap, roots.sys))
+    taken, passed = registry.candidates(offers)
+    return {"host": host, "signals": [asdict(r) for r in rows],
+            "sources": [{**offer.as_dict(), "description": registry.REGISTRY[name].description}
+                        for name, offer in offers.items()],
+            "auto": taken[0] if taken else None}
 
 
 # --- MSRs ----------------------------------------------------------------------
-
-def read_registers(cpu: int, path_template: str) -> tuple[dict[str, object], str | None, str]:
-    """Every register of :data:`msr.REGISTERS` on ``cpu``: name -> raw value,
-    or name -> OSError; plus the reason the device did not open, if it did not."""
-    path = path_template.format(cpu=cpu)
-    if path_template == msr.DEFAULT_PATH and msr.msr_safe_present(cpu):
-        path = msr.MSR_SAFE_PATH.format(cpu=cpu)
-    try:
-        fd = msr.open_device(path)
-    except UserError as exc:
-        return {}, str(exc), path
-    values: dict[str, object] = {}
-    try:
-        for name, address in msr.REGISTERS.items():
-            try:
-                data = os.pread(fd, 8, address)
-                values[name] = int.from_bytes(data, "little") if len(data) == 8 else \
-                    OSError(errno.EIO, "short read")
-            except OSError as exc:
-                values[name] = exc
-    finally:
-        os.close(fd)
-    return values, None, path
-
-
-def register_failure(name: str, value: OSError, path: str) -> str:
-    address = msr.REGISTERS[name]
-    if value.errno == errno.EACCES:
-        return f"{path} refuses MSR {address:#x}: add it to msr-safe's allowlist"
-    return f"MSR {address:#x} not readable on this CPU ({os.strerror(value.errno or errno.EIO)})"
-
 
 def voltage_row(regs, msr_reason, msr_source, model, virtual: bool, roots: Roots) -> Row:
     row = Row("core voltage", "voltage", False, unit="V")
     raw = regs.get("perf_status")
     if isinstance(raw, int):
-        row.available, row.source, row.rate = True, f"{msr_source} 0x198 bits 47:32", SAMPLER_RATE
+        row.available, row.source, row.rate = True, f"{msr_source} {msr.REGISTERS['perf_status']:#x} bits 47:32", SAMPLER_RATE
         row.value = float(msr.voltage_volts(raw))
         return row
     if model.voltage_source == "hwmon" and model.hwmon_voltage:
@@ -127,7 +101,7 @@ def voltage_row(regs, msr_reason, msr_source, model, virtual: bool, roots: Roots
     if model.voltage_source == "none" and not virtual:
         row.reason = f"{model.description}: no documented core-voltage register"
     elif isinstance(raw, OSError):
-        row.reason = register_failure("perf_status", raw, msr_source)
+        row.reason = msr.register_failure("perf_status", raw, msr_source)
     else:
         row.reason = msr_reason
     if virtual:
@@ -148,7 +122,7 @@ def counter_row(name, regs, msr_reason, msr_source, perf: "PerfChecks", model) -
     if name == "pperf" and not model.has_pperf and not model.virtual:
         row.reason = f"{model.description}: PPERF exists only on Intel Skylake and later"
     elif isinstance(raw, OSError):
-        row.reason = register_failure(name, raw, msr_source)
+        row.reason = msr.register_failure(name, raw, msr_source)
     else:
         row.reason = f"{msr_reason}; {pmu_reason}"
     return row
@@ -160,7 +134,7 @@ def cstate_row(name, regs, msr_reason, msr_source, model) -> Row:
     if isinstance(raw, int):
         row.available, row.source, row.rate, row.value = True, f"{msr_source} {msr.REGISTERS[name]:#x}", SAMPLER_RATE, raw
     elif isinstance(raw, OSError):
-        row.reason = register_failure(name, raw, msr_source)
+        row.reason = msr.register_failure(name, raw, msr_source)
     elif not model.has_cstate_residency and not model.virtual:
         row.reason = f"{model.description}: no core C-state residency MSRs; cpuidle sysfs is the fallback"
     else:
@@ -177,7 +151,6 @@ class PerfChecks:
         self.cpu = cpu
         self.virtual = virtual
         self.sys_root = sys_root
-        self.level = pe.paranoid()
 
     def _try(self, attr: pe.Attr, pid: int = 0, cpu: int = -1) -> str | None:
         """None if the event opens, else the one-line reason and fix."""
@@ -189,16 +162,7 @@ class PerfChecks:
         return None
 
     def reason(self, exc: OSError) -> str:
-        if exc.errno in (errno.EACCES, errno.EPERM):
-            return (f"perf_event_paranoid={self.level}: run as root or lower it "
-                    f"(sysctl kernel.perf_event_paranoid=1)")
-        if exc.errno in (errno.ENOENT, errno.EOPNOTSUPP, errno.ENODEV):
-            if self.virtual:
-                return "no hardware PMU: virtual machine (enable PMU passthrough in the hypervisor)"
-            return "no hardware PMU: the kernel has no driver for this CPU's counters"
-        if exc.errno == errno.ENOSYS:
-            return "perf_event_open is not available: kernel built without CONFIG_PERF_EVENTS"
-        return f"perf_event_open failed: {exc.strerror}"
+        return pe.advice(exc, virtual=self.virtual)
 
     def counter_row(self, name: str) -> Row:
         config = pe.HW_INSTRUCTIONS if name == "instructions" else pe.HW_CPU_CYCLES
