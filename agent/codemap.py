@@ -30,10 +30,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .batch import MISSING
+from .batch import KERNEL_START, MISSING
 
-#: x86-64 kernel addresses start here (canonical upper half).
-KERNEL_START = np.uint64(0xFFFF_8000_0000_0000)
 ANON_PATHS = ("", "[anon]")
 NEVER = np.iinfo(np.int64).min
 FOREVER = np.iinfo(np.int64).max
