@@ -97,8 +97,9 @@ def fake_msrs(tmp_path):
 def test_run_source_msr_samples_voltage_and_pfreq_and_finds_the_two_halves(fake_msrs, tmp_path):
     template, flag = fake_msrs
     out, trace = tmp_path / "phases.jsonl", tmp_path / "run.arrow"
+    # Wall-clock intervals: as many however much CPU a loaded host leaves the program.
     proc = subprocess.run([str(BIN), "run", "--source", "msr", "--msr-path", template,
-                           "--json", "--output", str(out), "--record", str(trace), "--",
+                           "--interval-ms", "100", "--json", "--output", str(out), "--record", str(trace), "--",
                            sys.executable, "-c", WORKLOAD, str(flag), "2.0"],
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
