@@ -40,9 +40,9 @@ class DecoderState:
             raise ValueError(f"counter scope {scope!r}: 'cpu' or 'thread'")
         self.decoded = tuple(k for k, name in enumerate(COUNTERS) if name in counters)
         self.scope = scope
-        self.owners = np.zeros(0, np.int64)       # thread ids, in slot order
-        self.prev = np.zeros((1, len(COUNTERS)), np.uint64)
-        self.prev_ok = np.zeros((1, len(COUNTERS)), np.bool_)
+        self.owners = np.zeros(0, np.int64)       # CPU or thread ids seen, in slot order
+        self.prev = np.zeros((0, len(COUNTERS)), np.uint64)
+        self.prev_ok = np.zeros((0, len(COUNTERS)), np.bool_)
         self.backwards = np.zeros(len(COUNTERS), np.int64)
         self.unread = np.zeros(len(COUNTERS), np.int64)
         self._deltas = np.empty((len(COUNTERS), 0))
@@ -57,21 +57,22 @@ class DecoderState:
         return self._deltas[:, :n], self._out[:, :n]
 
     def slots(self, batch: SampleBatch) -> np.ndarray:
-        """Each row's slot in ``prev``: its CPU, or a slot given to its thread."""
-        if self.scope == "cpu":
-            slots = np.ascontiguousarray(batch["cpu"])
-        else:
-            slots = self._thread_slots(batch["tid"])
-        if len(slots):
-            self._grow(int(slots.max()) + 1)
-        return slots
-
-    def _thread_slots(self, tids: np.ndarray) -> np.ndarray:
-        seen = np.unique(tids)
+        """Each row's slot in ``prev``: one slot per CPU (or thread) id seen so
+        far, so that state is sized by the number of owners, never by the
+        largest id, and compiled code only ever indexes slots that exist."""
+        ids = batch["cpu"] if self.scope == "cpu" else batch["tid"]
+        if len(ids) == 0:
+            return np.zeros(0, np.int32)
+        first = ids[0]
+        if len(self.owners) and self.owners[0] == first and (ids == first).all():
+            return np.zeros(len(ids), np.int32)
+        seen = np.unique(ids)
         new = seen[~np.isin(seen, self.owners)]
-        self.owners = np.concatenate([self.owners, new])
+        if len(new):
+            self.owners = np.concatenate([self.owners, new])
+            self._grow(len(self.owners))
         order = np.argsort(self.owners, kind="stable")
-        return order[np.searchsorted(self.owners, tids, sorter=order)].astype(np.int32)
+        return order[np.searchsorted(self.owners, ids, sorter=order)].astype(np.int32)
 
     def _grow(self, size: int) -> None:
         if size <= len(self.prev):

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import numpy as np
 import pyarrow as pa
 
-from .batch import RAW_DTYPES, SampleBatch
+from .batch import RAW_DTYPES, SampleBatch, first_bad_id, id_problem
 from .errors import UserError
 
 ARROW_MAGIC = b"ARROW1"
@@ -120,9 +120,13 @@ class TraceReader:
             schema = self._open_unfinished()
         self.metadata = _metadata_of(schema, path)
         self.signals = tuple(schema.names)
-        for name in self.signals:
-            if name not in RAW_DTYPES:
-                raise UserError(f"{path}: unknown column {name!r} in trace")
+        for field in schema:
+            if field.name not in RAW_DTYPES:
+                raise UserError(f"{path}: unknown column {field.name!r} in trace")
+            want = pa.from_numpy_dtype(RAW_DTYPES[field.name])
+            if field.type != want:
+                raise UserError(f"{path}: column {field.name!r} is {field.type}, "
+                                f"a phasewatch trace stores it as {want}")
 
     def _open_unfinished(self) -> pa.Schema:
         self._input = pa.BufferReader(self._map.read_buffer().slice(len(ARROW_MAGIC) + 2))
@@ -168,9 +172,17 @@ class TraceReader:
     def _to_batch(self, records: list[pa.RecordBatch]) -> SampleBatch:
         cols = {}
         for j, name in enumerate(self.signals):
+            if any(r.column(j).null_count for r in records):
+                raise UserError(f"{self.path}: column {name!r} has empty (null) cells "
+                                f"after sample {self.samples_read}")
             parts = [r.column(j).to_numpy(zero_copy_only=True) for r in records]
             cols[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
         batch = SampleBatch(cols)
+        bad = first_bad_id(batch)
+        if bad:
+            row, name, value = bad
+            raise UserError(f"{self.path}: sample {self.samples_read + row}: "
+                            f"{id_problem(name, value)}")
         self.samples_read += len(batch)
         return batch
 
