@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 from .cmd_replay import warn
 from .errors import UserError
+from .outputs import check_outputs
 from .trace import TraceWriter
 from .tracefiles import open_trace
 
@@ -18,18 +17,18 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    if os.path.abspath(args.input) == os.path.abspath(args.output):
-        raise UserError(f"{args.output}: the output would overwrite the input")
+    check_outputs([args.output], inputs=[args.input])
     source = open_trace(args.input, base_mhz=args.base_mhz, warn=warn)
     meta = dict(source.metadata)
     if args.base_mhz:
         meta["base_freq_mhz"] = args.base_mhz
-    writer = TraceWriter(args.output, meta, source.signals)
     try:
-        for batch in source.batches():
-            writer.write(batch)
+        with TraceWriter(args.output, meta, source.signals, inputs=[args.input]) as writer:
+            for batch in source.batches():
+                writer.write(batch)
     finally:
-        writer.close()
         source.close()
+    if writer.failure:
+        raise UserError(writer.failure)
     print(f"{args.output}: {writer.rows_written:,} samples, signals {', '.join(writer.signals)}")
     return 0

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from . import detectors, metadata as md
 from .errors import UserError
+from .outputs import check_outputs, open_output
 from .params import DEFAULT_THRESHOLD, DetectorParams, IntervalParams, Params
 from .pipeline import Pipeline
 from .report import console, phase_table, summary_lines
@@ -67,10 +68,14 @@ def interval_params(args, default: IntervalParams, signals, warn) -> IntervalPar
 
 def read_labels(path: str) -> list:
     try:
-        with open(path) as f:
-            labels = json.load(f)
+        with open(path, "rb") as f:
+            labels = json.loads(f.read())
     except OSError as exc:
         raise UserError(f"cannot read labels {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not JSON text (not UTF-8)") from None
+    except RecursionError:
+        raise UserError(f"{path}: not a JSON list of labels (nested too deeply)") from None
     except ValueError as exc:
         raise UserError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(labels, list):
@@ -83,6 +88,7 @@ def warn(msg: str) -> None:
 
 
 def run(args) -> int:
+    check_outputs([args.output], inputs=[args.trace, args.labels])
     labels = read_labels(args.labels) if args.labels else None
     source = open_trace(args.trace, base_mhz=args.base_mhz, warn=warn)
     meta = source.metadata
@@ -93,32 +99,29 @@ def run(args) -> int:
     pipeline = Pipeline.for_trace(meta, params)
     summary = PhaseSummary(keep_phases=labels is not None)
     sinks = [summary]
-    out = open_output(args.output)
+    out = open_output(args.output, inputs=[args.trace, args.labels]) if args.output else None
     if out:
-        sinks.append(JsonLinesSink(out))
+        sinks.append(JsonLinesSink(out.stream))
     try:
         for batch in source.batches():
             intervals = pipeline.feed(batch)
             for sink in sinks:
                 sink.write(intervals)
         summary.write(pipeline.finish())
-    finally:
         for sink in sinks:
             sink.close()
+    except BaseException:
         if out:
-            out.close()
+            out.discard()
+        raise
+    finally:
         source.close()
+    if out:
+        out.close()
     report(args, summary, pipeline, labels)
+    if out and out.failure:
+        raise UserError(out.failure)
     return 0
-
-
-def open_output(path: str | None):
-    if not path:
-        return None
-    try:
-        return open(path, "w", buffering=1 << 20)
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def report(args, summary: PhaseSummary, pipeline: Pipeline, labels) -> None:

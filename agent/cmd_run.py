@@ -27,13 +27,14 @@ from rich.markup import escape
 
 from . import detectors, metadata as md
 from .batch import RAW_DTYPES, SampleBatch
-from .child import Child
+from .child import Child, resolve_command
 from .cmd_replay import (_finite, add_detector_arguments, detector_params, interval_params,
-                         open_output, summary_dict, warn)
+                         summary_dict, warn)
 from .collectors.cpuinfo import base_frequency_hz, read_cpuinfo
 from .collectors.perf_source import PerfSource
 from .errors import UserError
 from .live import LiveRun, SourceThread
+from .outputs import check_outputs, open_output
 from .params import HistogramParams, IntervalParams, Params
 from .phase_functions import PhaseFunctions
 from .pipeline import Pipeline
@@ -78,7 +79,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     argv = command_of(args)
-    check_arguments(args)
+    check_arguments(args, argv)
     with Child.start(argv, cpu=args.cpu, pin=not args.no_pin) as child:
         source = PerfSource(pid=child.pid, enable_on_exec=True, rate_hz=SAMPLE_RATE_HZ,
                             wakeup=WAKEUP_SAMPLES, poll_ms=POLL_MS)
@@ -98,14 +99,15 @@ def command_of(args) -> list[str]:
     return argv
 
 
-def check_arguments(args) -> None:
-    """Reject bad options before anything is started."""
+def check_arguments(args, argv: list[str]) -> None:
+    """Reject bad options, a missing command and outputs that would destroy
+    a file before anything is started or written."""
     if args.cpu is not None and args.no_pin:
         raise UserError("--cpu and --no-pin contradict each other: give one of them")
     detector_params(args)
     interval_params(args, IntervalParams(), ("instructions",), warn=lambda msg: None)
-    for path in (args.record, args.output):
-        check_writable(path)
+    args.program = resolve_command(argv[0])
+    check_outputs([args.record, args.output], inputs=[args.program])
 
 
 def watch(args, child: Child, source: PerfSource) -> int:
@@ -113,8 +115,8 @@ def watch(args, child: Child, source: PerfSource) -> int:
     detector = choose_detector(args.detector, signals)
     interval = interval_params(args, IntervalParams(), signals, warn)
     load_kernels(args, detector, interval, signals)
-    out = open_output(args.output)
-    sinks, trace, feed = [PhaseSummary()], None, None
+    out = open_output(args.output, inputs=[args.program]) if args.output else None
+    sinks, trace, feed, finished = [PhaseSummary()], None, None, False
     try:
         with child.forward_signals() as forwarder:
             child.release()
@@ -122,8 +124,9 @@ def watch(args, child: Child, source: PerfSource) -> int:
             meta = run_metadata(child, source, signals, interval, program_text_range(symbolizer))
             pipeline = pipeline_for(meta, args, detector)
             functions = PhaseFunctions(symbolizer)
-            sinks += [JsonLinesSink(out)] if out else []
-            trace = TraceWriter(args.record, meta, signals) if args.record else None
+            sinks += [JsonLinesSink(out.stream)] if out else []
+            trace = (TraceWriter(args.record, meta, signals, inputs=[args.program])
+                     if args.record else None)
             feed = SourceThread(source.batches()).start()
             status = StatusLine(os.path.basename(child.argv[0]))
             live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
@@ -133,17 +136,15 @@ def watch(args, child: Child, source: PerfSource) -> int:
                 live.run()
             exit_status = child.wait()
             live.finish()
+            for sink in sinks:
+                sink.close()
+            finished = True
     finally:
         if child.returncode is None:
             child.stop(signal.SIGKILL, grace=0)
         if feed is None or feed.join(timeout=5.0):
             source.close()  # never under a reader still inside it
-        for sink in sinks:
-            sink.close()
-        if out:
-            out.close()
-        if trace:
-            trace.close()
+        close_outputs([out, trace], commit=finished)
     run_info = {
         "command": child.argv, "exit_status": exit_status,
         "interrupted": forwarder.interrupted,
@@ -154,7 +155,21 @@ def watch(args, child: Child, source: PerfSource) -> int:
         "trace": args.record,
     }
     report(args, run_info, sinks[0], pipeline, functions)
+    failures = [o.failure for o in (out, trace) if o and o.failure]
+    if failures:
+        raise UserError("; ".join(failures))
     return exit_status
+
+
+def close_outputs(outputs, commit: bool) -> None:
+    """Put complete outputs in place; after an error, leave the old files."""
+    for output in outputs:
+        if output is None:
+            continue
+        if commit:
+            output.close()
+        else:
+            output.discard()
 
 
 def load_kernels(args, detector: str, interval: IntervalParams, signals) -> None:
@@ -172,12 +187,6 @@ def load_kernels(args, detector: str, interval: IntervalParams, signals) -> None
         batch["cpu"] = batch["tid"] = np.zeros(rows, np.int32)
         pipeline.feed(SampleBatch(batch))
     pipeline.finish()
-
-
-def check_writable(path: str | None) -> None:
-    """Fail on an output that cannot be written before CMD starts, not after."""
-    if path:
-        open_output(path).close()
 
 
 def choose_detector(requested: str, signals) -> str:

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from .batch import RAW_DTYPES, SampleBatch, first_bad_id, id_problem
 from .errors import UserError
+from .outputs import open_output
 
 ARROW_MAGIC = b"ARROW1"
 META_KEY = b"phasewatch"
@@ -40,7 +41,7 @@ class TraceWriter:
     """Appends sample batches to a trace file."""
 
     def __init__(self, path: str, metadata: dict[str, Any], signals,
-                 rows: int = WRITE_ROWS, seconds: float = WRITE_SECONDS):
+                 rows: int = WRITE_ROWS, seconds: float = WRITE_SECONDS, inputs=()):
         self.path = path
         self.schema = arrow_schema(signals, metadata)
         self.signals = tuple(self.schema.names)
@@ -49,11 +50,13 @@ class TraceWriter:
         self._pending_rows = 0
         self._last_write = time.monotonic()
         self.rows_written = 0
-        try:
-            self._sink = pa.OSFile(path, "wb")
-            self._writer = pa.ipc.new_file(self._sink, self.schema)
-        except OSError as exc:
-            raise UserError(f"cannot create trace {path}: {exc.strerror or exc}") from None
+        self._out = open_output(path, inputs, binary=True)
+        self._writer = pa.ipc.new_file(self._out.stream, self.schema)
+
+    @property
+    def failure(self) -> str | None:
+        """Why the trace could not be written (a full disk), or None."""
+        return self._out.failure
 
     def write(self, batch: SampleBatch) -> None:
         if len(batch) == 0:
@@ -70,26 +73,35 @@ class TraceWriter:
         self._pending, self._pending_rows = [], 0
         record = pa.RecordBatch.from_arrays([_arrow_array(cols[n]) for n in self.signals],
                                             schema=self.schema)
-        try:
-            self._writer.write_batch(record)
-        except OSError as exc:
-            raise UserError(f"cannot write trace {self.path}: {exc.strerror or exc}; "
-                            f"the {self.rows_written} samples written before stay readable") from None
-        self.rows_written += record.num_rows
+        self._writer.write_batch(record)
+        self._out.stream.flush()
+        if self._out.error is None:
+            self.rows_written += record.num_rows
         self._last_write = time.monotonic()
 
     def close(self) -> None:
+        """Finish the trace and put it in place (see :mod:`phasewatch.outputs`);
+        after a failed write, :attr:`failure` says why there is none."""
         try:
             self.flush()
             self._writer.close()
-        finally:
-            self._sink.close()
+        except BaseException:
+            self._out.discard()
+            raise
+        self._out.close()
+
+    def discard(self) -> None:
+        """Abandon the trace: whatever was at its path stays."""
+        self._out.discard()
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *rest):
+        if exc_type is None:
+            self.close()
+        else:
+            self.discard()
 
 
 def _arrow_array(column: np.ndarray) -> pa.Array:
