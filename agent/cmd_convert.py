@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from .cmd_replay import warn
 from .errors import UserError
+from .metadata import MAX_BASE_MHZ
+from .options import number
 from .outputs import check_outputs
 from .trace import TraceWriter
 from .tracefiles import open_trace
@@ -12,7 +14,8 @@ from .tracefiles import open_trace
 def add_arguments(parser) -> None:
     parser.add_argument("input", metavar="IN", help="a raw CSV (DESIGN §4 columns) or a trace")
     parser.add_argument("output", metavar="OUT", help="the trace to write, whatever its name")
-    parser.add_argument("--base-mhz", type=float, metavar="MHZ",
+    parser.add_argument("--base-mhz", type=number(float, 0.0, MAX_BASE_MHZ, low_open=True),
+                        metavar="MHZ",
                         help="base frequency to record (default: the CSV's TSC rate)")
 
 

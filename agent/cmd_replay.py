@@ -8,6 +8,9 @@ from dataclasses import replace
 
 from . import detectors, metadata as md
 from .errors import UserError
+from .metadata import (MAX_BASE_MHZ, MAX_INTERVAL_INSTRUCTIONS, MAX_INTERVAL_NS,
+                       MIN_INTERVAL_NS)
+from .options import number
 from .outputs import check_outputs, open_output
 from .params import DEFAULT_THRESHOLD, DetectorParams, IntervalParams, Params
 from .pipeline import Pipeline
@@ -20,15 +23,20 @@ def add_detector_arguments(parser) -> None:
     parser.add_argument("--detector", choices=detectors.NAMES, default="vpf",
                         help="vpf: voltage and productive frequency (the thesis); "
                              "vpf-ip: also the instruction-pointer vector")
-    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, metavar="X",
-                        help="distance under which an interval joins a phase (default %(default)s)")
+    parser.add_argument("--threshold", type=number(float, 0.0, 1.0, low_open=True),
+                        default=DEFAULT_THRESHOLD, metavar="X",
+                        help="distance in (0, 1] under which an interval joins a phase "
+                             "(default %(default)s)")
     parser.add_argument("--adaptive", action="store_true",
                         help="adapt the threshold online to the distances within phases")
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--interval-instructions", type=int, metavar="N",
-                      help="end an interval every N retired instructions (default 100M)")
-    size.add_argument("--interval-ms", type=float, metavar="MS",
-                      help="end an interval every MS milliseconds instead")
+    size.add_argument("--interval-instructions", metavar="N",
+                      type=number(int, 1, MAX_INTERVAL_INSTRUCTIONS),
+                      help="end an interval every N retired instructions (default 100M; "
+                           "at most 1e15)")
+    size.add_argument("--interval-ms", metavar="MS",
+                      type=number(float, MIN_INTERVAL_NS / 1e6, MAX_INTERVAL_NS / 1e6),
+                      help="end an interval every MS milliseconds instead (0.01 to 86400000)")
     parser.add_argument("--output", metavar="FILE", help="write one JSON object per interval")
 
 
@@ -37,8 +45,9 @@ def add_arguments(parser) -> None:
     add_detector_arguments(parser)
     parser.add_argument("--labels", metavar="FILE",
                         help="ground-truth phase labels, one per interval, as a JSON list")
-    parser.add_argument("--base-mhz", type=float, metavar="MHZ",
-                        help="base frequency for a CSV trace (default: its TSC rate)")
+    parser.add_argument("--base-mhz", type=number(float, 0.0, MAX_BASE_MHZ, low_open=True),
+                        metavar="MHZ",
+                        help="base frequency for a CSV trace, up to 10000 (default: its TSC rate)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -52,7 +61,7 @@ def interval_params(args, default: IntervalParams, signals, warn) -> IntervalPar
     if args.interval_ms is not None:
         if args.interval_ms <= 0:
             raise UserError(f"--interval-ms {args.interval_ms}: give a positive duration")
-        return IntervalParams(kind="time", ns=int(args.interval_ms * 1e6))
+        return IntervalParams(kind="time", ns=round(args.interval_ms * 1e6))
     chosen = default
     if args.interval_instructions is not None:
         if args.interval_instructions <= 0:

@@ -26,7 +26,7 @@ import numpy as np
 from rich.markup import escape
 
 from . import detectors, metadata as md
-from .batch import RAW_DTYPES, SampleBatch
+from .batch import ID_RANGES, RAW_DTYPES, SampleBatch
 from .child import Child, resolve_command
 from .cmd_replay import (_finite, add_detector_arguments, detector_params, interval_params,
                          summary_dict, warn)
@@ -34,6 +34,7 @@ from .collectors.cpuinfo import base_frequency_hz, read_cpuinfo
 from .collectors.perf_source import PerfSource
 from .errors import UserError
 from .live import LiveRun, SourceThread
+from .options import number
 from .outputs import check_outputs, open_output
 from .params import HistogramParams, IntervalParams, Params
 from .phase_functions import PhaseFunctions
@@ -65,7 +66,7 @@ OPTIONAL_SIGNALS = {
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--cpu", type=int, metavar="N",
+    parser.add_argument("--cpu", type=number(int, 0, ID_RANGES["cpu"][1]), metavar="N",
                         help="pin CMD to CPU N (default: the least loaded CPU)")
     parser.add_argument("--no-pin", action="store_true", help="let CMD run on any CPU")
     add_detector_arguments(parser)

@@ -40,8 +40,12 @@ class CsvReader:
         if not base:
             raise UserError(f"{path}: cannot tell the base frequency (the TSC does not advance "
                             f"over the first samples): give it with --base-mhz")
-        self.metadata = md.new(base_freq_mhz=base, signals={c: "csv" for c in self.columns},
-                               source_file=path)
+        if base > md.MAX_BASE_MHZ:
+            raise UserError(f"{path}: the TSC rate of the first samples, {base:.6g} MHz, is not a "
+                            f"base frequency: give it with --base-mhz")
+        self.metadata = md.validate(md.new(base_freq_mhz=base, source_file=path,
+                                           signals={c: "csv" for c in self.columns}),
+                                    self.columns, path)
 
     def batches(self) -> Iterator[SampleBatch]:
         if self._first is not None:

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import numpy as np
 import pyarrow as pa
 
+from . import metadata as md
 from .batch import RAW_DTYPES, SampleBatch, first_bad_id, id_problem
 from .errors import UserError
 from .outputs import open_output
@@ -130,8 +131,8 @@ class TraceReader:
         except pa.ArrowInvalid:
             self._file = None
             schema = self._open_unfinished()
-        self.metadata = _metadata_of(schema, path)
         self.signals = tuple(schema.names)
+        self.metadata = md.validate(_metadata_of(schema, path), self.signals, path)
         for field in schema:
             if field.name not in RAW_DTYPES:
                 raise UserError(f"{path}: unknown column {field.name!r} in trace")
@@ -211,7 +212,7 @@ def _metadata_of(schema: pa.Schema, path: str) -> dict[str, Any]:
         raise UserError(f"{path}: an Arrow file, but not a phasewatch trace (no phasewatch metadata)")
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise UserError(f"{path}: the trace's metadata is not valid JSON") from None
 
 
