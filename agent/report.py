@@ -15,13 +15,24 @@ def _num(x: float, fmt: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
 
+#: Phases the table shows at most (those with the most time); the JSON has all.
+TABLE_ROWS = 50
+
+
 def phase_table(summary: PhaseSummary, extra_columns: dict[str, list[str]] | None = None) -> Table:
-    table = Table(title="phases", title_justify="left")
+    rows = summary.table()
+    shown = range(len(rows))
+    if len(rows) > TABLE_ROWS:
+        shown = sorted(sorted(shown, key=lambda i: -rows[i]["time_share"])[:TABLE_ROWS])
+    title = "phases" if len(shown) == len(rows) else \
+        f"phases: the {len(shown)} of {len(rows)} with the most time"
+    table = Table(title=title, title_justify="left")
     for name in ("phase", "intervals", "time", "CPI", "CoV CPI", "voltage mV", "pfreq MHz"):
         table.add_column(name, justify="right")
     for name in extra_columns or {}:
         table.add_column(name, justify="left")
-    for i, r in enumerate(summary.table()):
+    for i in shown:
+        r = rows[i]
         extra = [col[i] for col in (extra_columns or {}).values()]
         table.add_row(str(r["phase"]), str(r["intervals"]), f"{100 * r['time_share']:.1f} %",
                       _num(r["cpi"], ".3f"), _num(r["cpi_cov"], ".3f"),
