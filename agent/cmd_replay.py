@@ -150,7 +150,7 @@ def report(args, summary: PhaseSummary, pipeline: Pipeline, labels) -> None:
     out.print(f"{args.trace}: {pipeline.samples:,} samples, {summary.n_intervals} intervals "
               f"{p.interval.describe()}, detector {p.detector.detector}, threshold {thr}")
     out.print(phase_table(summary))
-    for line in summary_lines(summary, pipeline.dropped()):
+    for line in summary_lines(summary, pipeline.dropped(), pipeline.implausible()):
         out.print(line)
     if ari is not None:
         out.print(f"adjusted Rand index against {args.labels}: {ari:.4f}")
@@ -166,6 +166,7 @@ def summary_dict(summary: PhaseSummary, pipeline: Pipeline, ari) -> dict:
         "run_cpi_cov": summary.run_cov(),
         "threshold": pipeline.threshold,
         "dropped_deltas": pipeline.dropped(),
+        "implausible_values": pipeline.implausible(),
         "partial_interval": None if tail is None else {
             "samples": int(tail.samples[0]), "instructions": int(tail.instructions[0])},
         "ari": ari,

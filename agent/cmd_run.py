@@ -271,7 +271,7 @@ def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
         out.print("missing on this host: " + ", ".join(run_info["missing_signals"]))
     out.print(phase_table(summary, extra_columns={
         "top functions": [top_functions_cell(top) for top in tops]}))
-    for line in summary_lines(summary, pipeline.dropped()):
+    for line in summary_lines(summary, pipeline.dropped(), pipeline.implausible()):
         out.print(line)
     lost = run_info["samples_lost"]
     if lost["ring"] or lost["queue"]:

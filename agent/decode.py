@@ -12,6 +12,7 @@ import numba
 import numpy as np
 
 from .batch import MISSING, SampleBatch
+from .cpumodels import MAX_PLAUSIBLE_MHZ, PLAUSIBLE_VOLTAGE_MV
 
 #: Counters decoded by delta, in the order of the decoder's state columns.
 COUNTERS = ("aperf", "mperf", "pperf", "tsc", "instructions", "cycles", "c3", "c6", "c7")
@@ -19,6 +20,8 @@ COUNTERS = ("aperf", "mperf", "pperf", "tsc", "instructions", "cycles", "c3", "c
 FIELDS = ("voltage_mv", "freq_mhz", "pfreq_mhz", "cpi", "d_instructions", "d_cycles",
           "c0", "c1", "c3", "c6", "c7")
 F = {name: i for i, name in enumerate(FIELDS)}
+#: Derived fields checked against the plausible bounds of cpumodels.
+CHECKED = ("voltage_mv", "freq_mhz", "pfreq_mhz")
 _EMPTY_U64 = np.zeros(0, np.uint64)
 _MISSING = np.uint64(MISSING)
 
@@ -45,6 +48,7 @@ class DecoderState:
         self.prev_ok = np.zeros((0, len(COUNTERS)), np.bool_)
         self.backwards = np.zeros(len(COUNTERS), np.int64)
         self.unread = np.zeros(len(COUNTERS), np.int64)
+        self.implausible = np.zeros(len(CHECKED), np.int64)
         self._deltas = np.empty((len(COUNTERS), 0))
         self._out = np.empty((len(FIELDS), 0))
 
@@ -81,6 +85,10 @@ class DecoderState:
         self.prev = np.vstack([self.prev, np.zeros((grow, len(COUNTERS)), np.uint64)])
         self.prev_ok = np.vstack([self.prev_ok, np.zeros((grow, len(COUNTERS)), np.bool_)])
 
+    def implausible_values(self) -> dict[str, int]:
+        """Decoded values outside the plausible bounds, left out, by field."""
+        return {n: int(c) for n, c in zip(CHECKED, self.implausible) if c}
+
     def dropped(self) -> dict[str, int]:
         """Deltas dropped because a counter went backwards, by counter."""
         return {n: int(c) for n, c in zip(COUNTERS, self.backwards) if c}
@@ -106,7 +114,25 @@ def decode(batch: SampleBatch, state: DecoderState, base_mhz: float,
     status = batch.get("perf_status") if voltage_from_perf_status else None
     status = np.ascontiguousarray(status) if status is not None else _EMPTY_U64
     _derive_kernel(deltas, status, float(base_mhz), 3 in state.decoded, out)
+    _drop_implausible(out, PLAUSIBLE_VOLTAGE_MV[0], PLAUSIBLE_VOLTAGE_MV[1], MAX_PLAUSIBLE_MHZ,
+                      state.implausible)
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _drop_implausible(out, lo_mv, hi_mv, max_mhz, counts):
+    """Voltages outside [lo_mv, hi_mv] and clocks above max_mhz become NaN,
+    counted in ``counts`` (voltage, frequency, productive frequency)."""
+    for i in range(out.shape[1]):
+        v = out[0, i]
+        if v == v and (v < lo_mv or v > hi_mv):
+            out[0, i] = np.nan
+            counts[0] += 1
+        for k in range(1, 3):
+            f = out[k, i]
+            if f == f and f > max_mhz:
+                out[k, i] = np.nan
+                counts[k] += 1
 
 
 @numba.njit(cache=True, nogil=True)

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import __version__
-from .cpumodels import UNKNOWN, CpuModel, by_key
+from .cpumodels import MAX_PLAUSIBLE_MHZ, UNKNOWN, CpuModel, by_key
 from .errors import UserError
 from .params import DEFAULT_INTERVAL_INSTRUCTIONS, HistogramParams, IntervalParams
 
@@ -22,7 +22,7 @@ FORMAT = "phasewatch-trace"
 FORMAT_VERSION = 1
 
 #: Bounds of the numbers in the metadata (and of the matching options).
-MAX_BASE_MHZ = 10_000.0               # 10 GHz: no CPU's base clock is higher
+MAX_BASE_MHZ = MAX_PLAUSIBLE_MHZ
 MAX_INTERVAL_INSTRUCTIONS = 10**15
 MIN_INTERVAL_NS, MAX_INTERVAL_NS = 10_000, 86_400 * 10**9   # 10 µs .. a day
 MAX_BINS = 4096

@@ -40,7 +40,8 @@ def phase_table(summary: PhaseSummary, extra_columns: dict[str, list[str]] | Non
     return table
 
 
-def summary_lines(summary: PhaseSummary, dropped: dict[str, int]) -> list[str]:
+def summary_lines(summary: PhaseSummary, dropped: dict[str, int],
+                  implausible: dict[str, int] | None = None) -> list[str]:
     lines = [f"quality: mean per-phase CoV of CPI {_num(summary.quality(), '.4f')} "
              f"(whole run {_num(summary.run_cov(), '.4f')})"]
     tail = summary.partial
@@ -50,6 +51,10 @@ def summary_lines(summary: PhaseSummary, dropped: dict[str, int]) -> list[str]:
     if dropped:
         lines.append("dropped deltas (counter went backwards): "
                      + ", ".join(f"{k} {v}" for k, v in dropped.items()))
+    if implausible:
+        lines.append("implausible values left out (voltage outside 0.5-1.6 V, clock above "
+                     "10 GHz; check the MSR device or the trace): "
+                     + ", ".join(f"{k} {v}" for k, v in implausible.items()))
     return lines
 
 
