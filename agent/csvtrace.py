@@ -137,7 +137,10 @@ def first_bad_cell(path: str, columns) -> str:
                     if problem:
                         return f"{path}:{line}: column {name!r}: {problem}"
         except csv.Error as exc:
-            return f"{path}:{rows.line_num + 1}: not CSV: {exc}"
+            if "field limit" in str(exc):
+                return (f"{path}:{rows.line_num}: a cell longer than {csv.field_size_limit()} "
+                        f"characters: not a sample")
+            return f"{path}:{rows.line_num}: not CSV: {exc}"
     return f"{path}: cannot be read as CSV"
 
 

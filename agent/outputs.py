@@ -79,12 +79,12 @@ class Output:
     are kept in :attr:`error` instead of raised.  Finish with :meth:`close`
     (commit) or :meth:`discard`."""
 
-    def __init__(self, path: str, binary: bool = False, fifo_timeout: float = FIFO_TIMEOUT_S):
+    def __init__(self, path: str, binary: bool = False, fifo_timeout: float | None = None):
         self.path = path
         self.error: OSError | None = None
         self._final: str | None = None        # where the temporary file goes when done
         self._temp: str | None = None
-        fd = self._open(path, fifo_timeout)
+        fd = self._open(path, FIFO_TIMEOUT_S if fifo_timeout is None else fifo_timeout)
         raw = io.open(fd, "wb", buffering=BUFFER_BYTES)
         inner = raw if binary else io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape")
         self.stream = _Guarded(inner, self)

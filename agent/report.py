@@ -58,5 +58,11 @@ def summary_lines(summary: PhaseSummary, dropped: dict[str, int],
     return lines
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """Leave a closed pipe to the command's caller (rich would exit 1)."""
+        raise BrokenPipeError
+
+
 def console(stream=None) -> Console:
-    return Console(file=stream or sys.stdout, highlight=False, soft_wrap=True)
+    return _Console(file=stream or sys.stdout, highlight=False, soft_wrap=True)
