@@ -153,7 +153,7 @@ def watch(args, child: Child, source: PerfSource) -> int:
         "detector": detector, "interval": interval.describe(), "signals": list(signals),
         "missing_signals": missing_signals(signals),
         "samples_lost": {"ring": source.stats()["lost_samples"], "queue": feed.dropped_samples},
-        "trace": args.record,
+        "trace": args.record if trace and not trace.failure else None,
     }
     report(args, run_info, sinks[0], pipeline, functions)
     failures = [o.failure for o in (out, trace) if o and o.failure]

@@ -169,6 +169,16 @@ def test_a_closed_pipe_on_standard_output_exits_quietly(small_trace):
     assert proc.returncode == 0 and err == b""
 
 
+def test_run_recording_to_a_full_disk_still_prints_the_summary():
+    proc = subprocess.run([str(BIN), "run", "--no-pin", "--interval-ms", "100", "--record",
+                           "/dev/full", "--", "sleep", "0.5"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "quality:" in proc.stdout and "trace: /dev/full" not in proc.stdout
+    assert proc.stderr.splitlines()[-1] == \
+        "phasewatch run: cannot write /dev/full: No space left on device"
+
+
 @pytest.fixture
 def tiny_filesystem(tmp_path):
     """A 256 KiB tmpfs: a real full disk."""
