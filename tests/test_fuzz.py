@@ -242,4 +242,5 @@ def test_cli_parser(tokens, command, fuzz_count, tmp_path_factory):
         return
     positional = {"replay": [str(trace)], "convert": [str(trace), str(d / "out.arrow")],
                   "probe": []}[command]
-    check_run(argv[:1] + positional + argv[1:], [trace])
+    with contextlib.chdir(d):       # a generated --output name lands here
+        check_run(argv[:1] + positional + argv[1:], [trace])
