@@ -350,6 +350,7 @@ def gone(pid: int, timeout: float = 10.0) -> bool:
 def test_the_command_does_not_outlive_a_killed_agent(signum):
     agent = subprocess.Popen([str(BIN), "run", "--no-pin", "--", "sleep", "120"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = None
     try:
         command = child_of(agent.pid)
         agent.send_signal(signum)
@@ -358,6 +359,8 @@ def test_the_command_does_not_outlive_a_killed_agent(signum):
     finally:
         agent.kill()
         agent.wait()
+        if command is not None and not gone(command, timeout=0):
+            os.kill(command, signal.SIGKILL)        # the orphan this test found
 
 
 @pytest.mark.parametrize("delay", [1.0, 2.5, "started"])
