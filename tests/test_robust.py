@@ -335,15 +335,16 @@ def child_of(pid: int, timeout: float = 60.0) -> int:
 
 def gone(pid: int, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except FileNotFoundError:
             return True
         if state == "Z":
             return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.05)
-    return False
 
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGHUP, signal.SIGQUIT])
