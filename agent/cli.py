@@ -24,7 +24,13 @@ class Parser(argparse.ArgumentParser):
     """argparse, with its errors in one line (the usage is one --help away)."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(2, one_line(f"{self.prog}: {message} (see {self.prog} --help)") + "\n")
+
+
+def one_line(message: str) -> str:
+    """``message`` with line breaks shown as escapes: a file name or option
+    value may hold them, and an error is one line."""
+    return message.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         return status
     except UserError as exc:
-        print(f"{command}: {exc}", file=sys.stderr)
+        print(one_line(f"{command}: {exc}"), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
