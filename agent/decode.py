@@ -11,7 +11,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .batch import MISSING, SampleBatch
+from .batch import ID_RANGES, MISSING, SampleBatch
 from .cpumodels import MAX_PLAUSIBLE_MHZ, PLAUSIBLE_VOLTAGE_MV
 
 #: Counters decoded by delta, in the order of the decoder's state columns.
@@ -44,6 +44,7 @@ class DecoderState:
         self.decoded = tuple(k for k, name in enumerate(COUNTERS) if name in counters)
         self.scope = scope
         self.owners = np.zeros(0, np.int64)       # CPU or thread ids seen, in slot order
+        self._slot_of = np.full(ID_RANGES["cpu"][1] + 1, -1, np.int32)   # CPU id -> slot
         self.prev = np.zeros((0, len(COUNTERS)), np.uint64)
         self.prev_ok = np.zeros((0, len(COUNTERS)), np.bool_)
         self.backwards = np.zeros(len(COUNTERS), np.int64)
@@ -70,6 +71,23 @@ class DecoderState:
         first = ids[0]
         if len(self.owners) and self.owners[0] == first and (ids == first).all():
             return np.zeros(len(ids), np.int32)
+        if self.scope == "cpu":
+            return self._cpu_slots(ids)
+        return self._new_slots(ids)
+
+    def _cpu_slots(self, cpus: np.ndarray) -> np.ndarray:
+        """CPU ids are few and small: a lookup table, not a sort."""
+        lo, hi = int(cpus.min()), int(cpus.max())
+        if lo < 0 or hi > ID_RANGES["cpu"][1]:
+            raise ValueError(f"CPU id {lo if lo < 0 else hi} outside {ID_RANGES['cpu']}")
+        slots = self._slot_of[cpus]
+        if (slots < 0).any():
+            self._new_slots(cpus)
+            self._slot_of[self.owners] = np.arange(len(self.owners), dtype=np.int32)
+            slots = self._slot_of[cpus]
+        return slots
+
+    def _new_slots(self, ids: np.ndarray) -> np.ndarray:
         seen = np.unique(ids)
         new = seen[~np.isin(seen, self.owners)]
         if len(new):
