@@ -47,6 +47,8 @@ CSV_COLUMNS = ("t_ns", "cpu", "tid", "ip", "perf_status", "aperf", "mperf",
 OPTIONAL_CSV_COLUMNS = ("c3", "c6", "c7", "energy_pkg_uj")
 #: Columns that are counters or registers, where MISSING marks an unread value.
 COUNTER_COLUMNS = tuple(n for n in RAW_DTYPES if n not in ("t_ns", "cpu", "tid"))
+#: Valid ranges of the id columns: Linux's largest NR_CPUS, and PID_MAX_LIMIT.
+ID_RANGES = {"cpu": (0, 8191), "tid": (0, 4_194_304)}
 
 
 class BatchError(ValueError):
@@ -110,6 +112,25 @@ class SampleBatch:
 
     def __repr__(self) -> str:
         return f"SampleBatch({self._length} rows, {', '.join(self.signals)})"
+
+
+def first_bad_id(batch: SampleBatch) -> tuple[int, str, int] | None:
+    """(row, column, value) of the first CPU or thread id outside
+    :data:`ID_RANGES`, or None."""
+    worst = None
+    for name, (lo, hi) in ID_RANGES.items():
+        col = batch.get(name)
+        if col is None or len(col) == 0 or (lo <= col.min() and col.max() <= hi):
+            continue
+        row = int(np.flatnonzero((col < lo) | (col > hi))[0])
+        if worst is None or row < worst[0]:
+            worst = (row, name, int(col[row]))
+    return worst
+
+
+def id_problem(name: str, value: int) -> str:
+    lo, hi = ID_RANGES[name]
+    return f"column {name!r}: {value} is not a {'CPU' if name == 'cpu' else 'thread'} id ({lo}..{hi})"
 
 
 def concat(batches: Iterable[SampleBatch]) -> SampleBatch:

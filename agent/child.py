@@ -14,6 +14,12 @@ failed): a close-on-exec error pipe reports either EOF (exec succeeded) or the
 agent dies before releasing, the gate reads EOF and the process exits without
 running the command.
 
+The command never outlives the agent: before exec it asks the kernel
+(``prctl(PR_SET_PDEATHSIG, SIGKILL)``) to kill it when the agent's thread that
+started it ends, so an agent killed by any signal, SIGKILL included, takes
+the command with it.  Start it from the main thread, which lives as long as
+the agent.
+
 The command stays in the agent's process group, so on a terminal it behaves as
 if started directly: it can read the terminal, and Ctrl-C / Ctrl-Z reach it.
 Because a terminal's Ctrl-C already reaches the command, ``SignalForwarder``
@@ -32,6 +38,7 @@ but not executable.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import select
@@ -48,6 +55,10 @@ from .errors import CommandNotExecutable, CommandNotFound, UserError
 _RESET_TO_DEFAULT = (signal.SIGPIPE, signal.SIGXFSZ)
 
 _GATE_OPEN = b"x"
+
+#: prctl(2) option: the signal a process gets when its parent thread ends.
+PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)   # loaded before any fork
 
 
 # ----------------------------------------------------------------------------
@@ -231,9 +242,10 @@ class Child:
         cpu = choose_cpu(cpu) if pin else None
         gate_r, gate_w = os.pipe()
         err_r, err_w = os.pipe()
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child: never returns
-            _child_after_fork(path, argv, env, cwd, gate_r, gate_w, err_r, err_w)
+            _child_after_fork(path, argv, env, cwd, gate_r, gate_w, err_r, err_w, parent)
         os.close(gate_r)
         os.close(err_w)
         if cpu is not None:  # set from here, so it is in force when start() returns
@@ -437,12 +449,16 @@ def _in_terminal_foreground() -> bool:
         os.close(fd)
 
 
-def _child_after_fork(path, argv, env, cwd, gate_r, gate_w, err_r, err_w):
-    """In the forked child: reset signals, wait at the gate, exec.
-    Only ``os`` calls here, and never a return: the child must not run the
-    parent's Python code after fork."""
+def _child_after_fork(path, argv, env, cwd, gate_r, gate_w, err_r, err_w, parent):
+    """In the forked child: tie its life to the agent's, reset signals, wait at
+    the gate, exec.  Only ``os``-level calls here, and never a return: the
+    child must not run the parent's Python code after fork."""
     code = 127
     try:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the agent died before prctl took effect
+            code = 125
+            return
         os.close(gate_w)
         os.close(err_r)
         for signum in _RESET_TO_DEFAULT:

@@ -11,6 +11,11 @@ that joined an existing phase: an exponentially weighted mean plus ``z``
 standard deviations, clamped to [min, max], starting from the fixed threshold
 and moving only after ``warmup`` joins.  It is updated after each decision, so
 the classifier still decides online.
+
+At most ``max_phases`` phases are live.  A new phase beyond that takes the
+slot of the phase used least recently, which is retired: it is never matched
+again and its id is not reused.  Phase ids count every phase ever opened.
+Centroids live in slots; ``ids`` maps a slot to its phase id.
 """
 
 from __future__ import annotations
@@ -23,27 +28,44 @@ from .params import DetectorParams
 
 # Threshold state slots.
 _THR, _MEAN, _VAR, _JOINED = range(4)
+# Counter slots: phases opened, phases retired, intervals classified.
+_OPENED, _RETIRED, _SEEN = range(3)
 
 
 class ClassifierState:
     """Centroids and the threshold, grown as phases appear."""
 
     def __init__(self, width: int, n_segments: int, params: DetectorParams, capacity: int = 64):
+        if params.max_phases < 1:
+            raise ValueError(f"max_phases {params.max_phases}: at least 1")
         self.params = params
+        capacity = min(capacity, params.max_phases)
         self.centroids = np.zeros((capacity, width))
         self.members = np.zeros((capacity, n_segments), np.int64)
-        self.count = np.zeros(1, np.int64)          # phases so far
-        self.previous = np.full(1, -1, np.int64)     # phase of the previous interval
+        self.ids = np.zeros(capacity, np.int64)         # phase id of each slot
+        self.last_used = np.zeros(capacity, np.int64)   # interval that last joined each slot
+        self.count = np.zeros(1, np.int64)          # live slots
+        self.counters = np.zeros(3, np.int64)       # opened, retired, classified
+        self.previous = np.full(1, -1, np.int64)     # slot of the previous interval
         self.threshold = np.array([params.threshold, 0.0, 0.0, 0.0])
 
     @property
     def n_phases(self) -> int:
-        return int(self.count[0])
+        """Phases opened so far, retired ones included."""
+        return int(self.counters[_OPENED])
+
+    @property
+    def retired(self) -> int:
+        """Phases dropped to keep at most ``max_phases`` live."""
+        return int(self.counters[_RETIRED])
 
     def grow(self) -> None:
         cap = len(self.centroids)
-        self.centroids = np.vstack([self.centroids, np.zeros_like(self.centroids)])
-        self.members = np.vstack([self.members, np.zeros((cap, self.members.shape[1]), np.int64)])
+        extra = min(cap, self.params.max_phases - cap)
+        self.centroids = np.vstack([self.centroids, np.zeros((extra, self.centroids.shape[1]))])
+        self.members = np.vstack([self.members, np.zeros((extra, self.members.shape[1]), np.int64)])
+        self.ids = np.concatenate([self.ids, np.zeros(extra, np.int64)])
+        self.last_used = np.concatenate([self.last_used, np.zeros(extra, np.int64)])
 
 
 def adaptive_settings(p: DetectorParams) -> np.ndarray:
@@ -65,8 +87,9 @@ def classify(profiles: np.ndarray, counts: np.ndarray, bounds: np.ndarray,
     done = 0
     while done < n:
         done = _classify_kernel(profiles, counts, bounds, kinds, used, done, settings,
-                                state.centroids, state.members, state.count, state.previous,
-                                state.threshold, phase, dist, new)
+                                state.params.max_phases, state.centroids, state.members,
+                                state.ids, state.last_used, state.count, state.counters,
+                                state.previous, state.threshold, phase, dist, new)
         if done < n:
             state.grow()
     return phase, dist, new
@@ -86,6 +109,12 @@ def profile_distance(x, x_counts, c, c_members, bounds, kinds, used):
 @numba.njit(cache=True, nogil=True)
 def _nearest(x, x_counts, centroids, members, count, bounds, kinds, used):
     best, best_d = -1, np.inf
+    empty = True
+    for s in range(len(kinds)):
+        if used[s] and x_counts[s] > 0:
+            empty = False
+    if empty:       # no samples to compare: every distance is 1, the first slot wins
+        return (0, 1.0) if count > 0 else (-1, np.inf)
     for p in range(count):
         d = profile_distance(x, x_counts, centroids[p], members[p], bounds, kinds, used)
         if d < best_d:
@@ -121,10 +150,33 @@ def _adapt(thr, d, settings):
 
 
 @numba.njit(cache=True, nogil=True)
-def _classify_kernel(profiles, counts, bounds, kinds, used, start, settings,
-                     centroids, members, count, previous, thr, o_phase, o_dist, o_new):
+def _open_slot(max_phases, centroids, members, last_used, count, counters, previous):
+    """A slot for a new phase: a free one, else the least recently used one
+    (retired and cleared); -1 if the table must grow first."""
+    k = count[0]
+    if k < max_phases:
+        if k == len(centroids):
+            return -1
+        count[0] = k + 1
+        return k
+    slot = 0
+    for p in range(1, k):
+        if last_used[p] < last_used[slot]:
+            slot = p
+    centroids[slot, :] = 0.0
+    members[slot, :] = 0
+    counters[_RETIRED] += 1
+    if previous[0] == slot:
+        previous[0] = -1
+    return slot
+
+
+@numba.njit(cache=True, nogil=True)
+def _classify_kernel(profiles, counts, bounds, kinds, used, start, settings, max_phases,
+                     centroids, members, ids, last_used, count, counters, previous, thr,
+                     o_phase, o_dist, o_new):
     """Classify from ``start`` on; return the index reached (short of the end
-    only when the centroid table is full)."""
+    only when the centroid table must grow)."""
     n = len(profiles)
     for i in range(start, n):
         k = count[0]
@@ -142,19 +194,23 @@ def _classify_kernel(profiles, counts, bounds, kinds, used, start, settings,
                 if d_near <= thr[_THR]:
                     chosen = nearest
         if chosen < 0:
-            if k == len(centroids):
+            chosen = _open_slot(max_phases, centroids, members, last_used, count, counters,
+                                previous)
+            if chosen < 0:
                 return i
-            chosen = k
-            count[0] = k + 1
+            ids[chosen] = counters[_OPENED]
+            counters[_OPENED] += 1
             o_new[i] = True
         else:
             o_new[i] = False
             if settings[0] > 0.0:
                 _adapt(thr, d, settings)
-        o_phase[i] = chosen
+        o_phase[i] = ids[chosen]
         o_dist[i] = d
         _join(x, xp, centroids[chosen], members[chosen], bounds)
         previous[0] = chosen
+        counters[_SEEN] += 1
+        last_used[chosen] = counters[_SEEN]
     return n
 
 
@@ -162,8 +218,9 @@ def classify_reference(profiles, counts, bounds, kinds, used, params: DetectorPa
     """Plain Python/numpy leader-follower, for the tests and the benchmark."""
     from .histograms import segment_distance_reference
 
-    centroids, members, phases, dists, news = [], [], [], [], []
+    centroids, members, ids, last, phases, dists, news = [], [], [], [], [], [], []
     thr, mean, var, joined = params.threshold, 0.0, 0.0, 0
+    opened = 0
 
     def distance(x, xp, c, cm):
         ds = [segment_distance_reference(x[bounds[s]:bounds[s + 1]], xp[s],
@@ -172,7 +229,7 @@ def classify_reference(profiles, counts, bounds, kinds, used, params: DetectorPa
         return max(ds) if ds else 1.0
 
     prev = -1
-    for x, xp in zip(profiles, counts):
+    for i, (x, xp) in enumerate(zip(profiles, counts)):
         ds = [distance(x, xp, c, cm) for c, cm in zip(centroids, members)]
         nearest = int(np.argmin(ds)) if ds else -1
         chosen, d = -1, (ds[nearest] if ds else np.nan)
@@ -181,9 +238,20 @@ def classify_reference(profiles, counts, bounds, kinds, used, params: DetectorPa
         elif ds and ds[nearest] <= thr:
             chosen = nearest
         if chosen < 0:
-            centroids.append(np.zeros_like(x))
-            members.append(np.zeros(len(kinds), np.int64))
-            chosen = len(centroids) - 1
+            if len(centroids) < params.max_phases:
+                centroids.append(np.zeros_like(x))
+                members.append(np.zeros(len(kinds), np.int64))
+                ids.append(0)
+                last.append(0)
+                chosen = len(centroids) - 1
+            else:                       # retire the least recently used phase
+                chosen = int(np.argmin(last))
+                centroids[chosen] = np.zeros_like(x)
+                members[chosen] = np.zeros(len(kinds), np.int64)
+                if prev == chosen:
+                    prev = -1
+            ids[chosen] = opened
+            opened += 1
             news.append(True)
         else:
             news.append(False)
@@ -203,9 +271,10 @@ def classify_reference(profiles, counts, bounds, kinds, used, params: DetectorPa
                 members[chosen][s] += 1
                 sl = slice(bounds[s], bounds[s + 1])
                 centroids[chosen][sl] += (x[sl] - centroids[chosen][sl]) / members[chosen][s]
-        phases.append(chosen)
+        phases.append(ids[chosen])
         dists.append(d)
         prev = chosen
+        last[chosen] = i + 1
     return np.array(phases, np.int64), np.array(dists), np.array(news, np.bool_)
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
 
 from . import __version__
@@ -19,8 +21,21 @@ COMMANDS = {
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors in one line (the usage is one --help away)."""
+
+    def error(self, message: str):
+        self.exit(2, one_line(f"{self.prog}: {message} (see {self.prog} --help)") + "\n")
+
+
+def one_line(message: str) -> str:
+    """``message`` with line breaks shown as escapes: a file name or option
+    value may hold them, and an error is one line."""
+    return message.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="phasewatch",
         description="Online program-phase detection from core voltage, frequency and IPs.")
     parser.add_argument("--version", action="version", version=f"phasewatch {__version__}")
@@ -32,18 +47,47 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    mod = importlib.import_module(f".{COMMANDS[args.command][0]}", __package__)
+    # File names are bytes on Unix: undecodable ones reach us as surrogates,
+    # and go back out as the same bytes.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="surrogateescape")
+    command = "phasewatch"
     try:
-        return mod.run(args)
+        args = build_parser().parse_args(argv)
+        command = f"phasewatch {args.command}"
+        mod = importlib.import_module(f".{COMMANDS[args.command][0]}", __package__)
+        status = mod.run(args)
+        sys.stdout.flush()
+        return status
     except UserError as exc:
-        print(f"phasewatch {args.command}: {exc}", file=sys.stderr)
+        print(one_line(f"{command}: {exc}"), file=sys.stderr)
         return exc.exit_code
-    except BrokenPipeError:
-        return 0
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:         # the reader went away, as with `| head`
+        _silence_stdout()
+        return 0
+    except OSError as exc:
+        # Every output file is written through phasewatch.outputs, which keeps
+        # its errors; what reaches here is standard output.
+        if exc.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG):
+            raise
+        print(f"{command}: cannot write standard output: {exc.strerror}", file=sys.stderr)
+        _silence_stdout()
+        return 2
+
+
+def _silence_stdout() -> None:
+    """The reader has gone (or the disk is full): drop what is still buffered,
+    so that the interpreter's final flush does not fail again at exit."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):
+        return                      # not a real file (captured in tests)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

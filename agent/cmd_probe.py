@@ -5,17 +5,34 @@ from __future__ import annotations
 import json
 import sys
 
+import argparse
+
+from .batch import ID_RANGES
 from .collectors import msr
 from .collectors.probe import probe
+from .options import number
 
 
 def add_arguments(parser):
     parser.add_argument("--json", action="store_true",
                         help="print the facts as one JSON object")
     parser.add_argument("--msr-path", default=msr.DEFAULT_PATH, metavar="TEMPLATE",
+                        type=msr_template,
                         help="MSR device path, {cpu} replaced by the CPU number "
                              f"(default {msr.DEFAULT_PATH})")
-    parser.add_argument("--cpu", type=int, default=0, help="CPU to probe (default 0)")
+    parser.add_argument("--cpu", type=number(int, 0, ID_RANGES["cpu"][1]), default=0,
+                        help="CPU to probe (default 0)")
+
+
+def msr_template(text: str) -> str:
+    """A path with at most the field ``{cpu}``."""
+    try:
+        text.format(cpu=0)
+    except (KeyError, IndexError, ValueError, AttributeError) as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a path template ({exc}): write the CPU number as {{cpu}}, "
+            f"and any other brace as {{{{ or }}}}") from None
+    return text
 
 
 def run(args) -> int:
@@ -33,6 +50,8 @@ def run(args) -> int:
 def describe_host(host: dict) -> str:
     base = host["base_frequency_hz"]
     base_text = f"{base / 1e6:.0f} MHz ({host['base_frequency_from']})" if base else "unknown"
+    if host.get("base_frequency_implausible"):
+        base_text += " (implausible: above 10 GHz)"
     return (f"{host['model_name'] or host['vendor']} — model table: {host['cpu_model']}"
             f"{' (virtual machine)' if host['virtual'] else ''}; base frequency {base_text}; "
             f"perf_event_paranoid={host['perf_event_paranoid']}")
@@ -40,6 +59,8 @@ def describe_host(host: dict) -> str:
 
 def format_value(row: dict) -> str:
     value = row["value"]
+    if row.get("implausible"):
+        return f"implausible: {row['implausible']}"
     if value is None:
         return ""
     if row["key"] == "voltage":

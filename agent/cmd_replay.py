@@ -8,6 +8,10 @@ from dataclasses import replace
 
 from . import detectors, metadata as md
 from .errors import UserError
+from .metadata import (MAX_BASE_MHZ, MAX_INTERVAL_INSTRUCTIONS, MAX_INTERVAL_NS,
+                       MIN_INTERVAL_NS)
+from .options import number
+from .outputs import check_outputs, open_output
 from .params import DEFAULT_THRESHOLD, DetectorParams, IntervalParams, Params
 from .pipeline import Pipeline
 from .report import console, phase_table, summary_lines
@@ -20,16 +24,21 @@ def add_detector_arguments(parser, output: bool = True) -> None:
                         help="vpf: voltage and productive frequency (the thesis); "
                              "vpf-ip: also the code signature over all executable mappings; "
                              "vpf-ip-fold: the thesis's 32-entry IP fold over .text instead")
-    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, metavar="X",
-                        help="distance under which an interval joins a phase (default %(default)s)")
+    parser.add_argument("--threshold", type=number(float, 0.0, 1.0, low_open=True),
+                        default=DEFAULT_THRESHOLD, metavar="X",
+                        help="distance in (0, 1] under which an interval joins a phase "
+                             "(default %(default)s)")
     parser.add_argument("--adaptive", action="store_true",
                         help="adapt the threshold online to the distances within phases")
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--interval-instructions", type=int, metavar="N",
-                      help="end an interval every N retired instructions (default 100M)")
-    size.add_argument("--interval-ms", type=float, metavar="MS",
-                      help="end an interval every MS milliseconds instead")
-    size.add_argument("--interval-samples", type=int, metavar="N",
+    size.add_argument("--interval-instructions", metavar="N",
+                      type=number(int, 1, MAX_INTERVAL_INSTRUCTIONS),
+                      help="end an interval every N retired instructions (default 100M; "
+                           "at most 1e15)")
+    size.add_argument("--interval-ms", metavar="MS",
+                      type=number(float, MIN_INTERVAL_NS / 1e6, MAX_INTERVAL_NS / 1e6),
+                      help="end an interval every MS milliseconds instead (0.01 to 86400000)")
+    size.add_argument("--interval-samples", metavar="N", type=number(int, 1, 10**9),
                       help="end an interval every N samples instead (N ms of the "
                            "program's CPU time at 1 kHz, however busy the host)")
     if output:
@@ -41,8 +50,9 @@ def add_arguments(parser) -> None:
     add_detector_arguments(parser)
     parser.add_argument("--labels", metavar="FILE",
                         help="ground-truth phase labels, one per interval, as a JSON list")
-    parser.add_argument("--base-mhz", type=float, metavar="MHZ",
-                        help="base frequency for a CSV trace (default: its TSC rate)")
+    parser.add_argument("--base-mhz", type=number(float, 0.0, MAX_BASE_MHZ, low_open=True),
+                        metavar="MHZ",
+                        help="base frequency for a CSV trace, up to 10000 (default: its TSC rate)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -56,10 +66,8 @@ def interval_params(args, default: IntervalParams, signals, warn) -> IntervalPar
     if args.interval_ms is not None:
         if args.interval_ms <= 0:
             raise UserError(f"--interval-ms {args.interval_ms}: give a positive duration")
-        return IntervalParams(kind="time", ns=int(args.interval_ms * 1e6))
+        return IntervalParams(kind="time", ns=round(args.interval_ms * 1e6))
     if getattr(args, "interval_samples", None) is not None:
-        if args.interval_samples <= 0:
-            raise UserError(f"--interval-samples {args.interval_samples}: give a positive count")
         return IntervalParams(kind="samples", samples=args.interval_samples)
     chosen = default
     if args.interval_instructions is not None:
@@ -77,10 +85,14 @@ def interval_params(args, default: IntervalParams, signals, warn) -> IntervalPar
 
 def read_labels(path: str) -> list:
     try:
-        with open(path) as f:
-            labels = json.load(f)
+        with open(path, "rb") as f:
+            labels = json.loads(f.read())
     except OSError as exc:
         raise UserError(f"cannot read labels {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not JSON text (not UTF-8)") from None
+    except RecursionError:
+        raise UserError(f"{path}: not a JSON list of labels (nested too deeply)") from None
     except ValueError as exc:
         raise UserError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(labels, list):
@@ -93,6 +105,7 @@ def warn(msg: str) -> None:
 
 
 def run(args) -> int:
+    check_outputs([args.output], inputs=[args.trace, args.labels])
     labels = read_labels(args.labels) if args.labels else None
     source = open_trace(args.trace, base_mhz=args.base_mhz, warn=warn)
     meta = source.metadata
@@ -103,32 +116,29 @@ def run(args) -> int:
     pipeline = Pipeline.for_trace(meta, params)
     summary = PhaseSummary(keep_phases=labels is not None)
     sinks = [summary]
-    out = open_output(args.output)
+    out = open_output(args.output, inputs=[args.trace, args.labels]) if args.output else None
     if out:
-        sinks.append(JsonLinesSink(out))
+        sinks.append(JsonLinesSink(out.stream))
     try:
         for batch in source.batches():
             intervals = pipeline.feed(batch)
             for sink in sinks:
                 sink.write(intervals)
         summary.write(pipeline.finish())
-    finally:
         for sink in sinks:
             sink.close()
+    except BaseException:
         if out:
-            out.close()
+            out.discard()
+        raise
+    finally:
         source.close()
+    if out:
+        out.close()
     report(args, summary, pipeline, labels)
+    if out and out.failure:
+        raise UserError(out.failure)
     return 0
-
-
-def open_output(path: str | None):
-    if not path:
-        return None
-    try:
-        return open(path, "w", buffering=1 << 20)
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def report(args, summary: PhaseSummary, pipeline: Pipeline, labels) -> None:
@@ -148,7 +158,7 @@ def report(args, summary: PhaseSummary, pipeline: Pipeline, labels) -> None:
     out.print(f"{args.trace}: {pipeline.samples:,} samples, {summary.n_intervals} intervals "
               f"{p.interval.describe()}, detector {p.detector.detector}, threshold {thr}")
     out.print(phase_table(summary))
-    for line in summary_lines(summary, pipeline.dropped()):
+    for line in summary_lines(summary, pipeline.dropped(), pipeline.implausible()):
         out.print(line)
     if ari is not None:
         out.print(f"adjusted Rand index against {args.labels}: {ari:.4f}")
@@ -164,6 +174,7 @@ def summary_dict(summary: PhaseSummary, pipeline: Pipeline, ari) -> dict:
         "run_cpi_cov": summary.run_cov(),
         "threshold": pipeline.threshold,
         "dropped_deltas": pipeline.dropped(),
+        "implausible_values": pipeline.implausible(),
         "partial_interval": None if tail is None else {
             "samples": int(tail.samples[0]), "instructions": int(tail.instructions[0])},
         "ari": ari,

@@ -29,15 +29,17 @@ import numpy as np
 from rich.markup import escape
 
 from . import detectors, metadata as md
-from .batch import RAW_DTYPES, SampleBatch
-from .child import Child
+from .batch import ID_RANGES, RAW_DTYPES, SampleBatch
+from .child import Child, resolve_command
 from .cmd_replay import (_finite, add_detector_arguments, detector_params, interval_params,
-                         open_output, summary_dict, warn)
+                         summary_dict, warn)
 from .collectors import msr
 from .collectors.cpuinfo import base_frequency_hz, read_cpuinfo
 from .collectors.registry import CHOICES, open_source
 from .errors import UserError
 from .live import LiveRun, SourceThread
+from .options import number
+from .outputs import check_outputs, open_output
 from .params import HistogramParams, IntervalParams, Params
 from .phase_functions import PhaseFunctions
 from .pipeline import Pipeline
@@ -70,7 +72,7 @@ OPTIONAL_SIGNALS = {
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--cpu", type=int, metavar="N",
+    parser.add_argument("--cpu", type=number(int, 0, ID_RANGES["cpu"][1]), metavar="N",
                         help="pin CMD to CPU N (default: the least loaded CPU)")
     parser.add_argument("--no-pin", action="store_true", help="let CMD run on any CPU")
     parser.add_argument("--source", choices=CHOICES, default="auto",
@@ -93,7 +95,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     argv = command_of(args)
-    check_arguments(args)
+    check_arguments(args, argv)
     with Child.start(argv, cpu=args.cpu, pin=not args.no_pin) as child:
         source = open_source(args.source, pid=child.pid,
                              cpus=[child.cpu] if child.cpu is not None else None,
@@ -115,15 +117,16 @@ def command_of(args) -> list[str]:
     return argv
 
 
-def check_arguments(args) -> None:
-    """Reject bad options before anything is started."""
+def check_arguments(args, argv: list[str]) -> None:
+    """Reject bad options, a missing command and outputs that would destroy
+    a file before anything is started or written."""
     if args.cpu is not None and args.no_pin:
         raise UserError("--cpu and --no-pin contradict each other: give one of them")
     detector_params(args)
     msr.device_path(args.msr_path, 0)
     interval_params(args, IntervalParams(), ("instructions",), warn=lambda msg: None)
-    for path in (args.record, args.output):
-        check_writable(path)
+    args.program = resolve_command(argv[0])
+    check_outputs([args.record, args.output], inputs=[args.program])
     if args.report:
         from .cmd_report import check_report_dir
         check_report_dir(args.report)
@@ -134,8 +137,8 @@ def watch(args, child: Child, source: Source) -> int:
     detector = choose_detector(args.detector, signals)
     interval = interval_params(args, IntervalParams(), signals, warn)
     load_kernels(args, detector, interval, signals)
-    out = open_output(args.output)
-    sinks, trace, feed, maps = [PhaseSummary()], None, None, None
+    out = open_output(args.output, inputs=[args.program]) if args.output else None
+    sinks, trace, feed, maps, finished = [PhaseSummary()], None, None, None, False
     try:
         with child.forward_signals() as forwarder:
             child.release()
@@ -145,8 +148,9 @@ def watch(args, child: Child, source: Source) -> int:
             maps = ProcessMappings(child.pid, pipeline, record=args.record, just_execd=True)
             figure = observe_figure(pipeline) if args.report else None
             functions = PhaseFunctions(symbolizer)
-            sinks += [JsonLinesSink(out)] if out else []
-            trace = TraceWriter(args.record, meta, signals) if args.record else None
+            sinks += [JsonLinesSink(out.stream)] if out else []
+            trace = (TraceWriter(args.record, meta, signals, inputs=[args.program])
+                     if args.record else None)
             feed = SourceThread(source.batches()).start()
             status = StatusLine(os.path.basename(child.argv[0]))
             live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
@@ -156,17 +160,15 @@ def watch(args, child: Child, source: Source) -> int:
                 live.run()
             exit_status = child.wait()
             live.finish()
+            for sink in sinks:
+                sink.close()
+            finished = True
     finally:
         if child.returncode is None:
             child.stop(signal.SIGKILL, grace=0)
         if feed is None or feed.join(timeout=5.0):
             source.close()  # never under a reader still inside it
-        for sink in sinks:
-            sink.close()
-        if out:
-            out.close()
-        if trace:
-            trace.close()
+        close_outputs([out, trace], commit=finished)
         if maps:
             maps.close()
     run_info = {
@@ -177,11 +179,14 @@ def watch(args, child: Child, source: Source) -> int:
         "source": source.metadata["source"], "not_taken": source.metadata.get("not_taken", {}),
         "missing_signals": missing_signals(signals),
         "samples_lost": {"ring": source.stats()["lost_samples"], "queue": feed.dropped_samples},
-        "trace": args.record,
+        "trace": args.record if trace and not trace.failure else None,
     }
     report(args, run_info, sinks[0], pipeline, functions)
     if figure is not None:
         draw(args.report, figure, functions, run_info)
+    failures = [o.failure for o in (out, trace) if o and o.failure]
+    if failures:
+        raise UserError("; ".join(failures))
     return exit_status
 
 
@@ -206,6 +211,17 @@ def draw(out_dir: str, recorder, functions: PhaseFunctions, run_info: dict) -> N
                  notes, phase_rows(iv, functions))
 
 
+def close_outputs(outputs, commit: bool) -> None:
+    """Put complete outputs in place; after an error, leave the old files."""
+    for output in outputs:
+        if output is None:
+            continue
+        if commit:
+            output.close()
+        else:
+            output.discard()
+
+
 def load_kernels(args, detector: str, interval: IntervalParams, signals) -> None:
     """Run the pipeline over a few made-up rows, so that loading its compiled
     kernels is start-up, before CMD runs, and not part of watching.  A larger
@@ -221,12 +237,6 @@ def load_kernels(args, detector: str, interval: IntervalParams, signals) -> None
         batch["cpu"] = batch["tid"] = np.zeros(rows, np.int32)
         pipeline.feed(SampleBatch(batch))
     pipeline.finish()
-
-
-def check_writable(path: str | None) -> None:
-    """Fail on an output that cannot be written before CMD starts, not after."""
-    if path:
-        open_output(path).close()
 
 
 def choose_detector(requested: str, signals) -> str:
@@ -323,7 +333,7 @@ def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
         out.print("missing on this host: " + ", ".join(run_info["missing_signals"]))
     out.print(phase_table(summary, extra_columns={
         "top functions": [top_functions_cell(top) for top in tops]}))
-    for line in summary_lines(summary, pipeline.dropped()):
+    for line in summary_lines(summary, pipeline.dropped(), pipeline.implausible()):
         out.print(line)
     lost = run_info["samples_lost"]
     if lost["ring"] or lost["queue"]:

@@ -38,6 +38,11 @@ class CpuModel:
 
 
 # Intel family 6 model numbers, from the kernel's arch/x86/include/asm/intel-family.h.
+#: Decoded values outside these bounds are not measurements (a wrong register,
+#: a wrong device, a garbled trace): core voltage in mV, clocks in MHz.
+PLAUSIBLE_VOLTAGE_MV = (500.0, 1600.0)
+MAX_PLAUSIBLE_MHZ = 10_000.0
+
 _SKYLAKE_AND_LATER = (
     0x4E, 0x5E, 0x55, 0x8E, 0x9E, 0x66, 0x7D, 0x7E, 0x6A, 0x6C, 0xA5, 0xA6,
     0x8C, 0x8D, 0xA7, 0x97, 0x9A, 0xB7, 0xBA, 0xBF, 0x8F, 0xAA, 0xAC, 0xC5, 0xC6,

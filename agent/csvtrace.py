@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from . import metadata as md
-from .batch import CSV_COLUMNS, OPTIONAL_CSV_COLUMNS, RAW_DTYPES, SampleBatch
+from .batch import (CSV_COLUMNS, OPTIONAL_CSV_COLUMNS, RAW_DTYPES, SampleBatch, first_bad_id,
+                    id_problem)
 from .errors import UserError
 
 BLOCK_BYTES = 8 << 20
@@ -27,7 +28,8 @@ class CsvReader:
 
     def __init__(self, path: str, base_mhz: float | None = None):
         self.path = path
-        self.columns = self.signals = read_header(path)
+        self.header = read_header(path)
+        self.columns = self.signals = known_columns(self.header)
         self.samples_read = 0
         self._first = None
         self._batches = self._read()
@@ -38,8 +40,12 @@ class CsvReader:
         if not base:
             raise UserError(f"{path}: cannot tell the base frequency (the TSC does not advance "
                             f"over the first samples): give it with --base-mhz")
-        self.metadata = md.new(base_freq_mhz=base, signals={c: "csv" for c in self.columns},
-                               source_file=path)
+        if base > md.MAX_BASE_MHZ:
+            raise UserError(f"{path}: the TSC rate of the first samples, {base:.6g} MHz, is not a "
+                            f"base frequency: give it with --base-mhz")
+        self.metadata = md.validate(md.new(base_freq_mhz=base, source_file=path,
+                                           signals={c: "csv" for c in self.columns}),
+                                    self.columns, path)
 
     def batches(self) -> Iterator[SampleBatch]:
         if self._first is not None:
@@ -52,13 +58,19 @@ class CsvReader:
         try:
             reader = pacsv.open_csv(
                 self.path,
-                read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES),
+                read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, skip_rows=1,
+                                               column_names=list(self.header)),
                 convert_options=pacsv.ConvertOptions(column_types=types,
                                                      include_columns=list(self.columns)))
             for record in reader:
                 if any(col.null_count for col in record.columns):
                     self._fail()
                 batch = SampleBatch({c: record.column(c).to_numpy() for c in self.columns})
+                bad = first_bad_id(batch)
+                if bad:
+                    row, name, value = bad
+                    raise UserError(f"{self.path}:{self.samples_read + row + 2}: "
+                                    f"{id_problem(name, value)}")
                 self.samples_read += len(batch)
                 yield batch
         except (pa.ArrowInvalid, pa.ArrowTypeError):
@@ -75,39 +87,60 @@ class CsvReader:
 
 
 def read_header(path: str) -> tuple[str, ...]:
-    """The known columns of the CSV, checked against docs/formats.md."""
+    """The CSV's column names, stripped of spaces (and of a byte-order mark),
+    checked against docs/formats.md.  Unnamed and repeated unknown columns get
+    placeholder names, so that every name is unique."""
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:
             header = next(csv.reader(f), None)
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a trace: neither the phasewatch format nor text CSV") from None
+    except csv.Error:
+        raise UserError(f"{path}:1: the header row is not CSV (or a cell is longer than "
+                        f"{csv.field_size_limit()} characters)") from None
     except OSError as exc:
         raise UserError(f"cannot open {path}: {exc.strerror}") from None
     if not header:
         raise UserError(f"{path}: empty file: a CSV trace needs a header row "
                         f"({','.join(CSV_COLUMNS)})")
     names = [h.strip() for h in header]
+    known = set(CSV_COLUMNS) | set(OPTIONAL_CSV_COLUMNS)
+    twice = sorted({n for n in names if n in known and names.count(n) > 1})
+    if twice:
+        raise UserError(f"{path}:1: column(s) {', '.join(twice)} named more than once")
+    names = [n if n in known else f"_unused_{i}" for i, n in enumerate(names)]
     missing = [c for c in CSV_COLUMNS if c not in names]
     if missing:
         raise UserError(f"{path}:1: missing column(s) {', '.join(missing)} "
                         f"(the header must name {','.join(CSV_COLUMNS)})")
-    known = set(CSV_COLUMNS) | set(OPTIONAL_CSV_COLUMNS)
-    return tuple(c for c in RAW_DTYPES if c in set(names) & known)
+    return tuple(names)
+
+
+def known_columns(header) -> tuple[str, ...]:
+    """The sample columns of a header, in trace order."""
+    return tuple(c for c in RAW_DTYPES if c in set(header))
 
 
 def first_bad_cell(path: str, columns) -> str:
     """A one-line description of the first line of ``path`` that does not parse."""
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+    with open(path, newline="", encoding="utf-8-sig", errors="replace") as f:
         rows = csv.reader(f)
-        header = [h.strip() for h in next(rows)]
-        wanted = [(header.index(c), c) for c in columns]
-        for line, row in enumerate(rows, start=2):
-            if len(row) != len(header):
-                return f"{path}:{line}: expected {len(header)} cells, found {len(row)}"
-            for i, name in wanted:
-                problem = _cell_problem(row[i].strip(), RAW_DTYPES[name])
-                if problem:
-                    return f"{path}:{line}: column {name!r}: {problem}"
+        try:
+            header = [h.strip() for h in next(rows)]
+            wanted = [(header.index(c), c) for c in columns]
+            for row in rows:
+                line = rows.line_num
+                if len(row) != len(header):
+                    return f"{path}:{line}: expected {len(header)} cells, found {len(row)}"
+                for i, name in wanted:
+                    problem = _cell_problem(row[i].strip(), RAW_DTYPES[name])
+                    if problem:
+                        return f"{path}:{line}: column {name!r}: {problem}"
+        except csv.Error as exc:
+            if "field limit" in str(exc):
+                return (f"{path}:{rows.line_num}: a cell longer than {csv.field_size_limit()} "
+                        f"characters: not a sample")
+            return f"{path}:{rows.line_num}: not CSV: {exc}"
     return f"{path}: cannot be read as CSV"
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .batch import MISSING, SampleBatch
+from .batch import ID_RANGES, MISSING, SampleBatch
 from .collectors.msr import VOLTAGE_MASK, VOLTAGE_SHIFT, VOLTAGE_UNITS_PER_VOLT
+from .cpumodels import MAX_PLAUSIBLE_MHZ, PLAUSIBLE_VOLTAGE_MV
 
 #: Counters decoded by delta, in the order of the decoder's state columns.
 COUNTERS = ("aperf", "mperf", "pperf", "tsc", "instructions", "cycles", "c3", "c6", "c7")
@@ -20,6 +21,8 @@ COUNTERS = ("aperf", "mperf", "pperf", "tsc", "instructions", "cycles", "c3", "c
 FIELDS = ("voltage_mv", "freq_mhz", "pfreq_mhz", "cpi", "d_instructions", "d_cycles",
           "c0", "c1", "c3", "c6", "c7")
 F = {name: i for i, name in enumerate(FIELDS)}
+#: Derived fields checked against the plausible bounds of cpumodels.
+CHECKED = ("voltage_mv", "freq_mhz", "pfreq_mhz")
 _EMPTY_U64 = np.zeros(0, np.uint64)
 _MISSING = np.uint64(MISSING)
 
@@ -41,11 +44,13 @@ class DecoderState:
             raise ValueError(f"counter scope {scope!r}: 'cpu' or 'thread'")
         self.decoded = tuple(k for k, name in enumerate(COUNTERS) if name in counters)
         self.scope = scope
-        self.owners = np.zeros(0, np.int64)       # thread ids, in slot order
-        self.prev = np.zeros((1, len(COUNTERS)), np.uint64)
-        self.prev_ok = np.zeros((1, len(COUNTERS)), np.bool_)
+        self.owners = np.zeros(0, np.int64)       # CPU or thread ids seen, in slot order
+        self._slot_of = np.full(ID_RANGES["cpu"][1] + 1, -1, np.int32)   # CPU id -> slot
+        self.prev = np.zeros((0, len(COUNTERS)), np.uint64)
+        self.prev_ok = np.zeros((0, len(COUNTERS)), np.bool_)
         self.backwards = np.zeros(len(COUNTERS), np.int64)
         self.unread = np.zeros(len(COUNTERS), np.int64)
+        self.implausible = np.zeros(len(CHECKED), np.int64)
         self._deltas = np.empty((len(COUNTERS), 0))
         self._out = np.empty((len(FIELDS), 0))
 
@@ -58,21 +63,39 @@ class DecoderState:
         return self._deltas[:, :n], self._out[:, :n]
 
     def slots(self, batch: SampleBatch) -> np.ndarray:
-        """Each row's slot in ``prev``: its CPU, or a slot given to its thread."""
+        """Each row's slot in ``prev``: one slot per CPU (or thread) id seen so
+        far, so that state is sized by the number of owners, never by the
+        largest id, and compiled code only ever indexes slots that exist."""
+        ids = batch["cpu"] if self.scope == "cpu" else batch["tid"]
+        if len(ids) == 0:
+            return np.zeros(0, np.int32)
+        first = ids[0]
+        if len(self.owners) and self.owners[0] == first and (ids == first).all():
+            return np.zeros(len(ids), np.int32)
         if self.scope == "cpu":
-            slots = np.ascontiguousarray(batch["cpu"])
-        else:
-            slots = self._thread_slots(batch["tid"])
-        if len(slots):
-            self._grow(int(slots.max()) + 1)
+            return self._cpu_slots(ids)
+        return self._new_slots(ids)
+
+    def _cpu_slots(self, cpus: np.ndarray) -> np.ndarray:
+        """CPU ids are few and small: a lookup table, not a sort."""
+        lo, hi = int(cpus.min()), int(cpus.max())
+        if lo < 0 or hi > ID_RANGES["cpu"][1]:
+            raise ValueError(f"CPU id {lo if lo < 0 else hi} outside {ID_RANGES['cpu']}")
+        slots = self._slot_of[cpus]
+        if (slots < 0).any():
+            self._new_slots(cpus)
+            self._slot_of[self.owners] = np.arange(len(self.owners), dtype=np.int32)
+            slots = self._slot_of[cpus]
         return slots
 
-    def _thread_slots(self, tids: np.ndarray) -> np.ndarray:
-        seen = np.unique(tids)
+    def _new_slots(self, ids: np.ndarray) -> np.ndarray:
+        seen = np.unique(ids)
         new = seen[~np.isin(seen, self.owners)]
-        self.owners = np.concatenate([self.owners, new])
+        if len(new):
+            self.owners = np.concatenate([self.owners, new])
+            self._grow(len(self.owners))
         order = np.argsort(self.owners, kind="stable")
-        return order[np.searchsorted(self.owners, tids, sorter=order)].astype(np.int32)
+        return order[np.searchsorted(self.owners, ids, sorter=order)].astype(np.int32)
 
     def _grow(self, size: int) -> None:
         if size <= len(self.prev):
@@ -80,6 +103,10 @@ class DecoderState:
         grow = size - len(self.prev)
         self.prev = np.vstack([self.prev, np.zeros((grow, len(COUNTERS)), np.uint64)])
         self.prev_ok = np.vstack([self.prev_ok, np.zeros((grow, len(COUNTERS)), np.bool_)])
+
+    def implausible_values(self) -> dict[str, int]:
+        """Decoded values outside the plausible bounds, left out, by field."""
+        return {n: int(c) for n, c in zip(CHECKED, self.implausible) if c}
 
     def dropped(self) -> dict[str, int]:
         """Deltas dropped because a counter went backwards, by counter."""
@@ -106,7 +133,25 @@ def decode(batch: SampleBatch, state: DecoderState, base_mhz: float,
     status = batch.get("perf_status") if voltage_from_perf_status else None
     status = np.ascontiguousarray(status) if status is not None else _EMPTY_U64
     _derive_kernel(deltas, status, float(base_mhz), 3 in state.decoded, out)
+    _drop_implausible(out, PLAUSIBLE_VOLTAGE_MV[0], PLAUSIBLE_VOLTAGE_MV[1], MAX_PLAUSIBLE_MHZ,
+                      state.implausible)
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _drop_implausible(out, lo_mv, hi_mv, max_mhz, counts):
+    """Voltages outside [lo_mv, hi_mv] and clocks above max_mhz become NaN,
+    counted in ``counts`` (voltage, frequency, productive frequency)."""
+    for i in range(out.shape[1]):
+        v = out[0, i]
+        if v == v and (v < lo_mv or v > hi_mv):
+            out[0, i] = np.nan
+            counts[0] += 1
+        for k in range(1, 3):
+            f = out[k, i]
+            if f == f and f > max_mhz:
+                out[k, i] = np.nan
+                counts[k] += 1
 
 
 @numba.njit(cache=True, nogil=True)

@@ -140,4 +140,5 @@ class LiveRun:
     def _show(self) -> None:
         if self.status is not None and self.status.enabled:
             self.status.update(intervals=self.pipeline.count, phase=self.phase,
-                               phases=self.pipeline.n_phases, dropped=self.dropped_samples)
+                               phases=self.pipeline.n_phases, dropped=self.dropped_samples,
+                               implausible=sum(self.pipeline.implausible().values()))

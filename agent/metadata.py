@@ -1,17 +1,132 @@
-"""What a trace says about where and how its samples were taken."""
+"""What a trace says about where and how its samples were taken, and the one
+schema that every trace's metadata is checked against when it is read.
+
+The schema (pydantic) types every field and bounds every number; keys it does
+not know, as a newer version may write, are kept and ignored.
+"""
 
 from __future__ import annotations
 
 import platform
 import time
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import __version__
-from .cpumodels import UNKNOWN, CpuModel, by_key
-from .params import HistogramParams, IntervalParams
+from .cpumodels import MAX_PLAUSIBLE_MHZ, UNKNOWN, CpuModel, by_key
+from .errors import UserError
+from .params import DEFAULT_INTERVAL_INSTRUCTIONS, HistogramParams, IntervalParams
 
 FORMAT = "phasewatch-trace"
 FORMAT_VERSION = 1
+
+#: Bounds of the numbers in the metadata (and of the matching options).
+MAX_BASE_MHZ = MAX_PLAUSIBLE_MHZ
+MAX_INTERVAL_INSTRUCTIONS = 10**15
+MIN_INTERVAL_NS, MAX_INTERVAL_NS = 10_000, 86_400 * 10**9   # 10 µs .. a day
+MAX_BINS = 4096
+U64_MAX = 2**64 - 1
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Address = Annotated[int, Field(ge=0, le=U64_MAX)]
+
+
+class _Schema(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+def _ordered(pair: list) -> list:
+    if pair is not None and not pair[0] < pair[1]:
+        raise ValueError(f"the start ({pair[0]}) must be below the end ({pair[1]})")
+    return pair
+
+
+class CpuSchema(_Schema):
+    vendor: str = ""
+    family: Annotated[int, Field(ge=0)] | None = None
+    model: Annotated[int, Field(ge=0)] | None = None
+    model_name: str = ""
+    model_key: str = UNKNOWN.key
+
+
+class IntervalSchema(_Schema):
+    kind: Literal["instructions", "time"] = "instructions"
+    instructions: Annotated[int, Field(ge=1, le=MAX_INTERVAL_INSTRUCTIONS)] = \
+        DEFAULT_INTERVAL_INSTRUCTIONS
+    ns: Annotated[int, Field(ge=MIN_INTERVAL_NS, le=MAX_INTERVAL_NS)] = IntervalParams.ns
+
+
+class HistogramSchema(_Schema):
+    voltage_mv: Annotated[list[Finite], Field(min_length=2, max_length=2)] = None
+    voltage_bins: Annotated[int, Field(ge=2, le=MAX_BINS)] = 32
+    pfreq_mhz: Annotated[list[Finite], Field(min_length=2, max_length=2)] = None
+    pfreq_bins: Annotated[int, Field(ge=2, le=MAX_BINS)] = 64
+    ip_bins: Annotated[int, Field(ge=2, le=MAX_BINS)] = 32
+    ip_fold_groups: Annotated[int, Field(ge=1, le=8)] = 2
+    text_range: Annotated[list[Address], Field(min_length=2, max_length=2)] | None = None
+
+    _ranges = field_validator("voltage_mv", "pfreq_mhz", "text_range")(_ordered)
+
+    @field_validator("ip_bins")
+    @classmethod
+    def _power_of_two(cls, n: int) -> int:
+        if n & (n - 1):
+            raise ValueError(f"{n} is not a power of two")
+        return n
+
+
+class MappingSchema(_Schema):
+    """One executable mapping of the watched process."""
+
+    start: Address
+    end: Address
+    offset: Address
+    path: str
+    t_ns: int | None = None
+
+
+class TraceSchema(_Schema):
+    format: Literal[FORMAT] = FORMAT
+    format_version: Annotated[int, Field(ge=1)] = FORMAT_VERSION
+    tool_version: str = ""
+    host: str = ""
+    kernel: str = ""
+    created_unix_ns: int | None = None
+    cpu: CpuSchema = CpuSchema()
+    base_freq_mhz: Annotated[float, Field(gt=0.0, le=MAX_BASE_MHZ, allow_inf_nan=False)] | None \
+        = None
+    signals: dict[str, str] = {}
+    interval: IntervalSchema = IntervalSchema()
+    histograms: HistogramSchema = HistogramSchema()
+    text_range: Annotated[list[Address], Field(min_length=2, max_length=2)] | None = None
+    counter_scope: Literal["cpu", "thread"] = "cpu"
+    mappings: list[MappingSchema] | None = None
+    command: list[str] | None = None
+    pinned_cpu: Annotated[int, Field(ge=0)] | None = None
+    sampling: dict[str, Any] | None = None
+    source_file: str | None = None
+
+    _text = field_validator("text_range")(_ordered)
+
+
+def validate(meta: Any, columns, where: str) -> dict[str, Any]:
+    """``meta`` checked against :class:`TraceSchema`, and its ``signals``
+    against the trace's ``columns``; a :class:`UserError` naming the first
+    wrong field otherwise."""
+    try:
+        TraceSchema.model_validate(meta)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        name = f"field {field!r}" if field else "metadata"
+        raise UserError(f"{where}: trace {name}: {first['msg']}{more}") from None
+    absent = [name for name in meta.get("signals", {}) if name not in set(columns)]
+    if absent:
+        raise UserError(f"{where}: trace field 'signals' names {', '.join(absent)}, "
+                        f"which the trace has no column for")
+    return meta
 
 
 def new(*, cpu: dict[str, Any] | None = None, base_freq_mhz: float | None = None,

@@ -8,6 +8,9 @@ from .cpumodels import CpuModel
 
 DEFAULT_INTERVAL_INSTRUCTIONS = 100_000_000
 DEFAULT_THRESHOLD = 0.25
+#: Live phases kept by default: far more than real programs show, small enough
+#: that comparing an interval with every centroid stays cheap.
+DEFAULT_MAX_PHASES = 256
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,9 @@ class DetectorParams:
     adaptive_min: float = 0.05
     adaptive_max: float = 0.5
     adaptive_warmup: int = 8
+    # At most this many phases are kept; a new one beyond it replaces the
+    # phase used least recently (which is retired: its id is not reused).
+    max_phases: int = DEFAULT_MAX_PHASES
 
 
 @dataclass(frozen=True)

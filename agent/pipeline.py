@@ -134,6 +134,9 @@ class Pipeline:
     def dropped(self) -> dict[str, int]:
         return self.decoder.dropped()
 
+    def implausible(self) -> dict[str, int]:
+        return self.decoder.implausible_values()
+
     def _classify(self, block: IntervalBlock) -> Intervals:
         phase, dist, new = classify(block.profiles, block.segment_samples, self.layout.bounds,
                                     SEGMENT_KINDS, self.used, self.classifier)

@@ -13,6 +13,7 @@ import numpy as np
 
 from .batch import KERNEL_START, MISSING, SampleBatch
 from .collectors.msr import voltage_volts
+from .cpumodels import MAX_PLAUSIBLE_MHZ, PLAUSIBLE_VOLTAGE_MV
 from .classify import classify_reference
 from .decode import COUNTERS, F, FIELDS
 from .codemap import code_bins_reference
@@ -47,6 +48,11 @@ def decode(batch: SampleBatch, base_mhz: float, voltage_from_perf_status: bool =
             out[F[c]] = np.where(ok, cs[c] / dt, np.nan)
         idle = dt - dm - sum(np.nan_to_num(v, nan=0.0) for v in cs.values())
         out[F["c1"]] = np.where(ok & ~np.isnan(dm), np.maximum(idle, 0) / dt, np.nan)
+    lo, hi = PLAUSIBLE_VOLTAGE_MV
+    volt = out[F["voltage_mv"]]
+    volt[(volt < lo) | (volt > hi)] = np.nan
+    for name in ("freq_mhz", "pfreq_mhz"):
+        out[F[name]][out[F[name]] > MAX_PLAUSIBLE_MHZ] = np.nan
     return out
 
 

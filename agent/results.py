@@ -47,6 +47,7 @@ class PhaseSummary:
 
     def __init__(self, keep_phases: bool = False):
         self.sums = np.zeros((0, len(self.FIELDS)))
+        self.n_phases = 0
         self.total = np.zeros(len(self.FIELDS))
         self.partial: Intervals | None = None
         self.phases: list[np.ndarray] | None = [] if keep_phases else None
@@ -58,8 +59,10 @@ class PhaseSummary:
         if len(iv) == 0:
             return
         n_phases = int(iv.phase.max()) + 1
-        if n_phases > len(self.sums):
-            self.sums = np.vstack([self.sums, np.zeros((n_phases - len(self.sums), len(self.FIELDS)))])
+        if n_phases > len(self.sums):       # grown geometrically: one phase per interval is possible
+            size = max(n_phases, 2 * len(self.sums))
+            self.sums = np.vstack([self.sums, np.zeros((size - len(self.sums), len(self.FIELDS)))])
+        self.n_phases = max(self.n_phases, n_phases)
         cpi = iv.cpi
         ok = ~np.isnan(cpi)
         v_ok, f_ok = ~np.isnan(iv.voltage_mv), ~np.isnan(iv.pfreq_mhz)
@@ -87,7 +90,7 @@ class PhaseSummary:
         f = {n: i for i, n in enumerate(self.FIELDS)}
         total_time = self.total[f["duration_ns"]] or 1.0
         rows = []
-        for p, s in enumerate(self.sums):
+        for p, s in enumerate(self.sums[:self.n_phases]):
             rows.append({
                 "phase": p,
                 "intervals": int(s[f["intervals"]]),

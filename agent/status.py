@@ -23,7 +23,7 @@ from rich.live import Live
 from rich.text import Text
 
 #: The fields ``update`` accepts, with their values before the first update.
-FIELDS = {"intervals": 0, "phase": None, "phases": 0, "dropped": 0}
+FIELDS = {"intervals": 0, "phase": None, "phases": 0, "dropped": 0, "implausible": 0}
 
 
 def status_wanted(stdout: IO | None = None, console: Console | None = None) -> bool:
@@ -93,6 +93,8 @@ class StatusLine:
         line.append(f" of {fields['phases']}")
         line.append(f"  dropped {fields['dropped']}",
                     style="bold red" if fields["dropped"] else "")
+        if fields["implausible"]:
+            line.append(f"  implausible {fields['implausible']}", style="bold red")
         return line
 
     def start(self) -> "StatusLine":

@@ -18,8 +18,10 @@ from typing import Any, Iterator
 import numpy as np
 import pyarrow as pa
 
-from .batch import RAW_DTYPES, SampleBatch
+from . import metadata as md
+from .batch import RAW_DTYPES, SampleBatch, first_bad_id, id_problem
 from .errors import UserError
+from .outputs import open_output
 
 ARROW_MAGIC = b"ARROW1"
 META_KEY = b"phasewatch"
@@ -40,7 +42,7 @@ class TraceWriter:
     """Appends sample batches to a trace file."""
 
     def __init__(self, path: str, metadata: dict[str, Any], signals,
-                 rows: int = WRITE_ROWS, seconds: float = WRITE_SECONDS):
+                 rows: int = WRITE_ROWS, seconds: float = WRITE_SECONDS, inputs=()):
         self.path = path
         self.schema = arrow_schema(signals, metadata)
         self.signals = tuple(self.schema.names)
@@ -49,11 +51,13 @@ class TraceWriter:
         self._pending_rows = 0
         self._last_write = time.monotonic()
         self.rows_written = 0
-        try:
-            self._sink = pa.OSFile(path, "wb")
-            self._writer = pa.ipc.new_file(self._sink, self.schema)
-        except OSError as exc:
-            raise UserError(f"cannot create trace {path}: {exc.strerror or exc}") from None
+        self._out = open_output(path, inputs, binary=True)
+        self._writer = pa.ipc.new_file(self._out.stream, self.schema)
+
+    @property
+    def failure(self) -> str | None:
+        """Why the trace could not be written (a full disk), or None."""
+        return self._out.failure
 
     def write(self, batch: SampleBatch) -> None:
         if len(batch) == 0:
@@ -70,26 +74,35 @@ class TraceWriter:
         self._pending, self._pending_rows = [], 0
         record = pa.RecordBatch.from_arrays([_arrow_array(cols[n]) for n in self.signals],
                                             schema=self.schema)
-        try:
-            self._writer.write_batch(record)
-        except OSError as exc:
-            raise UserError(f"cannot write trace {self.path}: {exc.strerror or exc}; "
-                            f"the {self.rows_written} samples written before stay readable") from None
-        self.rows_written += record.num_rows
+        self._writer.write_batch(record)
+        self._out.stream.flush()
+        if self._out.error is None:
+            self.rows_written += record.num_rows
         self._last_write = time.monotonic()
 
     def close(self) -> None:
+        """Finish the trace and put it in place (see :mod:`phasewatch.outputs`);
+        after a failed write, :attr:`failure` says why there is none."""
         try:
             self.flush()
             self._writer.close()
-        finally:
-            self._sink.close()
+        except BaseException:
+            self._out.discard()
+            raise
+        self._out.close()
+
+    def discard(self) -> None:
+        """Abandon the trace: whatever was at its path stays."""
+        self._out.discard()
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *rest):
+        if exc_type is None:
+            self.close()
+        else:
+            self.discard()
 
 
 def _arrow_array(column: np.ndarray) -> pa.Array:
@@ -118,11 +131,15 @@ class TraceReader:
         except pa.ArrowInvalid:
             self._file = None
             schema = self._open_unfinished()
-        self.metadata = _metadata_of(schema, path)
         self.signals = tuple(schema.names)
-        for name in self.signals:
-            if name not in RAW_DTYPES:
-                raise UserError(f"{path}: unknown column {name!r} in trace")
+        self.metadata = md.validate(_metadata_of(schema, path), self.signals, path)
+        for field in schema:
+            if field.name not in RAW_DTYPES:
+                raise UserError(f"{path}: unknown column {field.name!r} in trace")
+            want = pa.from_numpy_dtype(RAW_DTYPES[field.name])
+            if field.type != want:
+                raise UserError(f"{path}: column {field.name!r} is {field.type}, "
+                                f"a phasewatch trace stores it as {want}")
 
     def _open_unfinished(self) -> pa.Schema:
         self._input = pa.BufferReader(self._map.read_buffer().slice(len(ARROW_MAGIC) + 2))
@@ -168,9 +185,17 @@ class TraceReader:
     def _to_batch(self, records: list[pa.RecordBatch]) -> SampleBatch:
         cols = {}
         for j, name in enumerate(self.signals):
+            if any(r.column(j).null_count for r in records):
+                raise UserError(f"{self.path}: column {name!r} has empty (null) cells "
+                                f"after sample {self.samples_read}")
             parts = [r.column(j).to_numpy(zero_copy_only=True) for r in records]
             cols[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
         batch = SampleBatch(cols)
+        bad = first_bad_id(batch)
+        if bad:
+            row, name, value = bad
+            raise UserError(f"{self.path}: sample {self.samples_read + row}: "
+                            f"{id_problem(name, value)}")
         self.samples_read += len(batch)
         return batch
 
@@ -187,7 +212,7 @@ def _metadata_of(schema: pa.Schema, path: str) -> dict[str, Any]:
         raise UserError(f"{path}: an Arrow file, but not a phasewatch trace (no phasewatch metadata)")
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise UserError(f"{path}: the trace's metadata is not valid JSON") from None
 
 

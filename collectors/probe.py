@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from phasewatch.cpumodels import MAX_PLAUSIBLE_MHZ, PLAUSIBLE_VOLTAGE_MV
 from phasewatch.errors import UserError
 
 from . import cpufreq, cpuidle, hwmon, msr, perf_event as pe, perf_msr, powercap, registry
@@ -32,6 +33,18 @@ class Row:
     value: object = None
     unit: str | None = None
     reason: str | None = None
+    #: Set when the value read cannot be a measurement; ``value`` is then None.
+    implausible: str | None = None
+
+    def check(self, low: float, high: float, scale: float = 1.0, unit: str = "") -> "Row":
+        """Flag a value outside [low, high] (in ``value * scale`` ``unit``)."""
+        if isinstance(self.value, (int, float)) and not low <= self.value * scale <= high:
+            self.implausible = (f"read {self.value * scale:g} {unit}, outside the plausible "
+                                f"{low:g}-{high:g} {unit}: not a measurement (a wrong device "
+                                f"or register?)")
+            self.value, self.available = None, False
+            self.reason = f"{self.source}: {self.implausible}"
+        return self
 
 
 @dataclass
@@ -71,6 +84,7 @@ def probe(cpu: int = 0, msr_path: str = msr.DEFAULT_PATH, roots: Roots | None = 
         "cpu_model_description": model.description, "virtual": info.hypervisor,
         "base_frequency_hz": base_hz, "base_frequency_from": base_from,
         "perf_event_paranoid": pe.paranoid(roots.proc), "msr_path": msr_path,
+        "base_frequency_implausible": bool(base_hz and base_hz / 1e6 > MAX_PLAUSIBLE_MHZ),
     }
     offers = registry.survey(registry.Host(cpu, msr_path, roots.kmod, roots.powercap, roots.sys))
     taken, passed = registry.candidates(offers)
@@ -88,13 +102,13 @@ def voltage_row(regs, msr_reason, msr_source, model, virtual: bool, roots: Roots
     if isinstance(raw, int):
         row.available, row.source, row.rate = True, f"{msr_source} {msr.REGISTERS['perf_status']:#x} bits 47:32", SAMPLER_RATE
         row.value = float(msr.voltage_volts(raw))
-        return row
+        return row.check(*PLAUSIBLE_VOLTAGE_MV, scale=1000.0, unit="mV")
     if model.voltage_source == "hwmon" and model.hwmon_voltage:
         found = hwmon.find_input(*model.hwmon_voltage, root=roots.hwmon)
         if found is not None:
             row.available, row.source, row.rate = True, f"hwmon {found}", "on demand (hwmon)"
             row.value = hwmon.read_volts(found)
-            return row
+            return row.check(*PLAUSIBLE_VOLTAGE_MV, scale=1000.0, unit="mV")
         row.reason = (f"no {model.hwmon_voltage[0]} hwmon input {model.hwmon_voltage[1]!r}: "
                       f"load the driver (modprobe {model.hwmon_voltage[0]})")
         return row
@@ -240,7 +254,7 @@ def cpufreq_row(cpu: int, roots: Roots) -> Row:
                           f"no cpufreq driver (virtual machine, or load acpi-cpufreq)")
     return Row("clock frequency (cpufreq fallback)", "cpufreq", True,
                f"sysfs {cpufreq.cpufreq_dir(cpu, roots.cpu)}/scaling_cur_freq",
-               "on demand (kernel estimate)", khz, "kHz")
+               "on demand (kernel estimate)", khz, "kHz").check(0, MAX_PLAUSIBLE_MHZ, 1e-3, "MHz")
 
 
 def cpuidle_row(cpu: int, roots: Roots) -> Row:

@@ -26,3 +26,21 @@ def abab(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("workloads")
     subprocess.run(["make", "-s", "-C", str(WORKLOADS), f"OUT={out}", "CC=gcc"], check=True)
     return out / "abab"
+
+
+#: Generated cases run by the property-based (fuzz) tests, by target; printed
+#: at the end of the session so that the CI log shows how much was tried.
+FUZZ_CASES: dict[str, int] = {}
+
+
+@pytest.fixture(scope="session")
+def fuzz_count():
+    def count(target: str) -> None:
+        FUZZ_CASES[target] = FUZZ_CASES.get(target, 0) + 1
+    return count
+
+
+def pytest_terminal_summary(terminalreporter):
+    if FUZZ_CASES:
+        cases = ", ".join(f"{target} {n}" for target, n in sorted(FUZZ_CASES.items()))
+        terminalreporter.write_line(f"fuzz cases run: {sum(FUZZ_CASES.values())} ({cases})")

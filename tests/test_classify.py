@@ -24,11 +24,12 @@ def random_profiles(rng, n, centres=4, noise=0.05):
 
 @settings(max_examples=60)
 @given(st.integers(0, 2**32 - 1), st.integers(1, 300), st.floats(0.02, 0.6),
-       st.booleans(), st.sampled_from([(True, True, False), (True, True, True), (False, False, True)]))
-def test_kernel_matches_reference(seed, n, threshold, adaptive, used):
+       st.booleans(), st.sampled_from([(True, True, False), (True, True, True), (False, False, True)]),
+       st.sampled_from([1, 2, 3, 256]))
+def test_kernel_matches_reference(seed, n, threshold, adaptive, used, max_phases):
     rng = np.random.default_rng(seed)
     prof, counts, _ = random_profiles(rng, n)
-    params = DetectorParams(threshold=threshold, adaptive=adaptive)
+    params = DetectorParams(threshold=threshold, adaptive=adaptive, max_phases=max_phases)
     used = np.array(used)
     state = ClassifierState(32, 3, params, capacity=2)
     phase, dist, new = classify(prof, counts, BOUNDS, SEGMENT_KINDS, used, state)
@@ -77,3 +78,28 @@ def test_adaptive_threshold_moves_within_bounds():
     thr = state.threshold[0]
     assert thr != 0.25
     assert params.adaptive_min <= thr <= params.adaptive_max
+
+
+def test_least_recently_used_phase_is_retired_beyond_the_cap():
+    a, b, c = np.zeros(32), np.zeros(32), np.zeros(32)
+    a[[0, 8, 24]] = 1.0
+    b[[7, 23, 31]] = 1.0
+    c[[3, 15, 28]] = 1.0
+    prof = np.array([a, b, a, c, a, b])
+    counts = np.full((6, 3), 30)
+    state = ClassifierState(32, 3, DetectorParams(max_phases=2))
+    phase, _, new = classify(prof, counts, BOUNDS, SEGMENT_KINDS, np.array([True] * 3), state)
+    # c takes b's slot (b was used least recently); b's return is a new phase, 3
+    assert list(phase) == [0, 1, 0, 2, 0, 3]
+    assert list(new) == [True, True, False, True, False, True]
+    assert state.n_phases == 4 and state.retired == 2
+
+
+def test_intervals_without_samples_all_open_phases_up_to_the_cap():
+    n = 5000
+    prof, counts = np.zeros((n, 32)), np.zeros((n, 3), np.int64)
+    state = ClassifierState(32, 3, DetectorParams(max_phases=16))
+    phase, dist, new = classify(prof, counts, BOUNDS, SEGMENT_KINDS, np.array([True] * 3), state)
+    assert new.all() and list(phase) == list(range(n))
+    assert np.isnan(dist[0]) and (dist[1:] == 1.0).all()
+    assert len(state.centroids) == 16 and state.retired == n - 16

@@ -98,3 +98,27 @@ def test_kernel_matches_reference(data):
     got = decode(b, DecoderState(scope=scope), 2500.0)
     want = reference.decode(b, 2500.0, scope=scope)
     assert np.allclose(got, want, equal_nan=True, rtol=1e-12)
+
+
+def test_implausible_voltage_and_clock_are_left_out_and_counted():
+    volt_raw = lambda mv: int(mv * 8192 / 1000) << 32
+    b = batch(cpu=np.zeros(3, np.int32), tid=np.ones(3, np.int32),
+              perf_status=[volt_raw(1000), volt_raw(5270), volt_raw(300)],
+              aperf=[0, 10**9, 2 * 10**9], mperf=[0, 10**6, 2 * 10**6], pperf=[0, 10**5, 2 * 10**5])
+    state = DecoderState()
+    out = decode(b, state, 2500.0)
+    assert abs(out[F["voltage_mv"], 0] - 1000) < 0.2
+    assert np.isnan(out[F["voltage_mv"], 1:]).all()
+    assert np.isnan(out[F["freq_mhz"], 1:]).all()            # 2.5 THz
+    assert out[F["pfreq_mhz"], 1] == 250.0
+    assert state.implausible_values() == {"voltage_mv": 2, "freq_mhz": 2}
+
+
+def test_state_is_sized_by_the_ids_seen_not_the_largest():
+    b = batch(cpu=np.array([0, 8191, 0, 8191], np.int32), tid=np.array([1, 4_194_304, 1, 4_194_304], np.int32),
+              aperf=[0, 0, 10, 20], mperf=[0, 0, 10, 10])
+    for scope in ("cpu", "thread"):
+        state = DecoderState(scope=scope)
+        out = decode(b, state, 1000.0)
+        assert len(state.prev) == 2
+        assert np.isnan(out[F["freq_mhz"], :2]).all() and list(out[F["freq_mhz"], 2:]) == [1000.0, 2000.0]
