@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import replace
 
 import numpy as np
@@ -20,6 +19,7 @@ import numpy as np
 from . import detectors, metadata as md
 from .cmd_replay import add_detector_arguments, detector_params, interval_params, read_labels, warn
 from .errors import UserError
+from .outputs import open_output
 from .params import Params
 from .phase_figure import FigureRecorder, PhaseFigure, with_truth
 from .phase_functions import PhaseFunctions
@@ -78,7 +78,8 @@ def run(args) -> int:
                             adjusted_rand_index([str(x) for x in labels], intervals.phase))
     rows = phase_rows(intervals, functions if results is None else None)
     notes = describe(trace, pipeline, figure, results is not None and args.input)
-    written = write_report(args.out, figure, f"phases of {os.path.basename(trace)}", notes, rows)
+    written = write_report(args.out, figure, f"phases of {os.path.basename(trace)}", notes, rows,
+                           inputs=[trace, args.input, args.labels])
     print(f"phasewatch report: wrote {', '.join(written)} ({len(intervals)} intervals, "
           f"{len(rows)} phases)")
     return 0
@@ -207,7 +208,7 @@ def describe(trace: str, pipeline: Pipeline, figure: PhaseFigure, results_path) 
 
 
 def write_report(out_dir: str, figure: PhaseFigure, title: str, notes: list[str],
-                 rows: list[dict]) -> list[str]:
+                 rows: list[dict], inputs=()) -> list[str]:
     """Writes index.html and phases.png into ``out_dir``, each complete or not at all."""
     from .report_page import page
     from .report_png import write_png
@@ -219,15 +220,18 @@ def write_report(out_dir: str, figure: PhaseFigure, title: str, notes: list[str]
     html_path = os.path.join(out_dir, "index.html")
     png_path = os.path.join(out_dir, "phases.png")
     text = page(figure, title, notes, rows)
-    _write_atomically(html_path, lambda f: f.write(text.encode("utf-8")))
-    _write_atomically(png_path, lambda f: write_png(figure, title, f))
+    with open_output(html_path, inputs=inputs) as out:
+        out.stream.write(text)
+    fail(out)
+    with open_output(png_path, inputs=inputs, binary=True) as out:
+        write_png(figure, title, out.stream)
+    fail(out)
     return [html_path, png_path]
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def fail(output) -> None:
+    if output.failure:
+        raise UserError(output.failure)
 
 
 def check_report_dir(out_dir: str) -> None:
@@ -238,19 +242,3 @@ def check_report_dir(out_dir: str) -> None:
         raise UserError(f"cannot make the report folder {out_dir}: {exc.strerror}") from None
     if not os.access(out_dir, os.W_OK):
         raise UserError(f"cannot write in the report folder {out_dir}: permission denied")
-
-
-def _write_atomically(path: str, write) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".", suffix=".part")
-    except OSError as exc:
-        raise UserError(f"cannot write in {folder}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except OSError as exc:
-        os.unlink(tmp)
-        raise UserError(f"cannot write {path}: {exc.strerror}") from None

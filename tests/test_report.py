@@ -279,3 +279,16 @@ def test_run_report_draws_a_live_run(abab, tmp_path):
     text = (out / "index.html").read_text()
     assert "region_a" in text and "region_b" in text
     assert imread(out / "phases.png").shape[1] == WIDTH_PX
+
+
+def test_a_report_never_overwrites_its_input(trace, tmp_path):
+    """A trace that sits where the page would go is refused, and stays as it was."""
+    out = tmp_path / "rep"
+    out.mkdir()
+    inside = out / "index.html"
+    inside.symlink_to(trace)
+    before = Path(trace).read_bytes()
+    proc = phasewatch("report", inside, "--out", out)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert Path(trace).read_bytes() == before and inside.is_symlink()
