@@ -51,10 +51,11 @@ class CpuSchema(_Schema):
 
 
 class IntervalSchema(_Schema):
-    kind: Literal["instructions", "time"] = "instructions"
+    kind: Literal["instructions", "time", "samples"] = "instructions"
     instructions: Annotated[int, Field(ge=1, le=MAX_INTERVAL_INSTRUCTIONS)] = \
         DEFAULT_INTERVAL_INSTRUCTIONS
     ns: Annotated[int, Field(ge=MIN_INTERVAL_NS, le=MAX_INTERVAL_NS)] = IntervalParams.ns
+    samples: Annotated[int, Field(ge=1, le=10**9)] = IntervalParams.samples
 
 
 class HistogramSchema(_Schema):
@@ -64,6 +65,9 @@ class HistogramSchema(_Schema):
     pfreq_bins: Annotated[int, Field(ge=2, le=MAX_BINS)] = 64
     ip_bins: Annotated[int, Field(ge=2, le=MAX_BINS)] = 32
     ip_fold_groups: Annotated[int, Field(ge=1, le=8)] = 2
+    ip_signature: Literal["regions", "fold"] = "regions"
+    code_bins: Annotated[int, Field(ge=2, le=MAX_BINS)] = HistogramParams.code_bins
+    code_region_bits: Annotated[int, Field(ge=4, le=40)] = HistogramParams.code_region_bits
     text_range: Annotated[list[Address], Field(min_length=2, max_length=2)] | None = None
 
     _ranges = field_validator("voltage_mv", "pfreq_mhz", "text_range")(_ordered)
