@@ -6,7 +6,7 @@ import json
 import sys
 from dataclasses import replace
 
-from . import detectors, metadata as md
+from . import bbvfile, bbvreplay, detectors, metadata as md
 from .errors import UserError
 from .params import DEFAULT_THRESHOLD, DetectorParams, IntervalParams, Params
 from .pipeline import Pipeline
@@ -18,7 +18,8 @@ from .tracefiles import open_trace
 def add_detector_arguments(parser) -> None:
     parser.add_argument("--detector", choices=detectors.NAMES, default="vpf",
                         help="vpf: voltage and productive frequency (the thesis); "
-                             "vpf-ip: also the instruction-pointer vector")
+                             "vpf-ip: also the instruction-pointer vector; "
+                             "bbv: basic-block vectors (SimPoint .bb files, chosen for them)")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, metavar="X",
                         help="distance under which an interval joins a phase (default %(default)s)")
     parser.add_argument("--adaptive", action="store_true",
@@ -84,6 +85,8 @@ def warn(msg: str) -> None:
 
 def run(args) -> int:
     labels = read_labels(args.labels) if args.labels else None
+    if bbvfile.looks_like_bb(args.trace):
+        return replay_bb(args, labels)
     source = open_trace(args.trace, base_mhz=args.base_mhz, warn=warn)
     meta = source.metadata
     signals = tuple(meta.get("signals") or source.signals)
@@ -109,6 +112,26 @@ def run(args) -> int:
             out.close()
         source.close()
     report(args, summary, pipeline, labels)
+    return 0
+
+
+def replay_bb(args, labels) -> int:
+    bbvreplay.check_detector(args.detector)
+    params = replace(detector_params(args), detector="bbv")
+    summary = PhaseSummary(keep_phases=labels is not None)
+    sinks = [summary]
+    out = open_output(args.output)
+    if out:
+        sinks.append(JsonLinesSink(out))
+    try:
+        parts, detector = bbvreplay.classify_bb(args.trace, params)
+        for iv in parts:
+            for sink in sinks:
+                sink.write(iv)
+    finally:
+        if out:
+            out.close()
+    report(args, summary, bbvreplay.BbvReport(detector, params), labels)
     return 0
 
 

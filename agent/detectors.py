@@ -17,6 +17,11 @@
     Where the host gives no voltage or frequency (a virtual machine), the IP
     vector is the only segment present and decides alone.
 
+``bbv``
+    Basic-block vectors from SimPoint ``.bb`` files (valgrind exp-bbv), hashed
+    to a fixed length and classified by the same leader-follower (see
+    bbvdetect.py).  It reads ``.bb`` files only, not sample traces.
+
 Segments an interval has no samples for are left out of the maximum, on either
 side; if no segment is left, the distance is 1.
 """
@@ -32,7 +37,7 @@ USED_SEGMENTS = {
     "vpf": ("voltage", "pfreq"),
     "vpf-ip": ("voltage", "pfreq", "ip"),
 }
-NAMES = tuple(USED_SEGMENTS)
+NAMES = tuple(USED_SEGMENTS) + ("bbv",)
 
 #: Raw signals each segment is computed from.
 SEGMENT_SIGNALS = {
@@ -56,6 +61,9 @@ def usable_segments(detector: str, signals) -> list[str]:
 
 def check_signals(detector: str, signals) -> list[str]:
     """Segments the detector can use with these signals; an error if none."""
+    if detector == "bbv":
+        raise UserError("detector bbv reads SimPoint .bb files (valgrind --tool=exp-bbv), "
+                        "not sample traces: use --detector vpf or vpf-ip")
     usable = usable_segments(detector, signals)
     if usable:
         return usable
