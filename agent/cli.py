@@ -15,6 +15,8 @@ COMMANDS = {
     "replay": ("cmd_replay", "detect phases in a recorded trace (project format or CSV)"),
     "convert": ("cmd_convert", "convert a raw CSV to the trace format"),
     "probe": ("cmd_probe", "tell which signals this host offers, and why not"),
+    "eval": ("cmd_eval", "compare two phase labellings (results, labels, SimPoint labels)"),
+    "export": ("cmd_export", "write phases in another tool's format (SimPoint)"),
 }
 
 
