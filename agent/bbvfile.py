@@ -79,9 +79,11 @@ def _parse_line(text: str, path: str, lineno: int) -> tuple[np.ndarray, np.ndarr
                         f"{text[:40]!r}: give a .bb file from valgrind --tool=exp-bbv")
     body = text[1:]
     pairs = _ENTRY.findall(body)
-    if len(_ENTRY.sub("", body).strip()) or not pairs:
-        bad = _ENTRY.sub(" ", body).split()
-        what = repr(bad[0][:40]) if bad else "no ':id:count' entries"
+    if not pairs:
+        raise UserError(f"{path}:{lineno}: no ':id:count' entries on a 'T:' line")
+    bad = _ENTRY.sub(" ", body).split()
+    if bad:
+        what = repr(bad[0][:40])
         raise UserError(f"{path}:{lineno}: malformed basic-block entry {what}: "
                         f"each entry is ':id:count' with decimal integers")
     arr = np.array(pairs, np.int64)
