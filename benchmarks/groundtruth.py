@@ -174,6 +174,18 @@ def live_phases(argv: list[str], out: str) -> tuple[int, int]:
     return len(set(phases)), len(phases)
 
 
+def busiest_thread(bb_path: str):
+    """exp-bbv writes thread 1 to the file named and thread N to FILE.N: the
+    thread that ran the most intervals, and its number."""
+    files = {1: bb_path}
+    for f in glob.glob(bb_path + ".*"):
+        if f.rsplit(".", 1)[1].isdigit():
+            files[int(f.rsplit(".", 1)[1])] = f
+    loaded = {t: read_bb(f) for t, f in files.items()}
+    thread = max(loaded, key=lambda t: len(loaded[t]))
+    return loaded[thread], thread
+
+
 def chunks(n: int, k: int) -> np.ndarray:
     return (np.arange(n) * k // n).astype(np.int64)
 
@@ -187,7 +199,7 @@ def score(truth: np.ndarray, labels: np.ndarray, cpi: np.ndarray) -> dict:
 
 def evaluate(w, workdir: str, live: bool) -> dict:
     p = build(w, workdir, INTERVAL)
-    bb = read_bb(p["bb"])
+    bb, thread = busiest_thread(p["bb"])
     # exp-bbv's last interval is the remainder: leave it out, as replay does
     counts = bb.counts[:-1] if bb.instructions[-1] < INTERVAL else bb.counts
     instr = np.asarray(counts.sum(axis=1)).ravel()
@@ -208,7 +220,7 @@ def evaluate(w, workdir: str, live: bool) -> dict:
     rows["phasewatch vpf-ip (IP trace replay)"] = score(truth, vpf_ip[:n], cpi)
     rows["baseline: one phase"] = score(truth, np.zeros(n, np.int64), cpi)
     rows[f"baseline: {sp.k} fixed chunks"] = score(truth, chunks(n, sp.k), cpi)
-    result = {"name": w.name, "what": w.what, "intervals": n, "rows": rows,
+    result = {"name": w.name, "what": w.what, "intervals": n, "rows": rows, "thread": thread,
               "mappings": len(mappings), "vpf_ip_intervals": int(len(vpf_ip))}
     if live:
         argv = [a.format(input=p["input"], out=p["out"]) for a in w.argv]
@@ -230,7 +242,8 @@ def print_table(results: list[dict]) -> None:
     print("|---|---|---|---|---|---|---|")
     for r in results:
         for label, s in r["rows"].items():
-            print(f"| {r['name']} | {r['intervals']} | {label} | {s['phases']} | "
+            name = r["name"] + (f" (thread {r['thread']})" if r.get("thread", 1) != 1 else "")
+            print(f"| {name} | {r['intervals']} | {label} | {s['phases']} | "
                   f"{s['ari']:.3f} | {s['nmi']:.3f} | {s['cpi_cov']:.4f} |")
         if "live" in r:
             print(f"| {r['name']} | {r['live'][1]} (100 ms) | live `run --detector vpf-ip` | "
