@@ -16,6 +16,7 @@ import scipy.sparse as sp
 
 from phasewatch.bbvdetect import BbvDetector, project_matrix, project_reference
 from phasewatch.bbvfile import read_bb, read_pc
+from phasewatch.cli import main
 from phasewatch.params import DetectorParams
 from phasewatch.simpoint import choose_k, simpoint
 
@@ -23,10 +24,22 @@ BIN = Path(sys.executable).parent / "phasewatch"
 
 
 def phasewatch(*args, check=True):
+    """The command as a user runs it, in a process of its own."""
     proc = subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}: {proc.stderr}")
     return proc
+
+
+@pytest.fixture
+def cli(capsys):
+    """The command's main() in this process (no start-up cost); returns
+    (exit status, stdout, stderr)."""
+    def call(*args):
+        status = main([str(a) for a in args])
+        out = capsys.readouterr()
+        return status, out.out, out.err
+    return call
 
 
 @pytest.fixture(scope="module")
@@ -76,11 +89,11 @@ def test_bbv_kernels_match_their_numpy_reference(bzip2_bb):
     np.testing.assert_allclose(fast[1][1:], slow[1][1:], atol=1e-9)
 
 
-def test_export_writes_simpoints_files_in_simpoints_format(bzip2_bb, tmp_path):
+def test_export_writes_simpoints_files_in_simpoints_format(bzip2_bb, tmp_path, cli):
     out = tmp_path / "r.jsonl"
-    phasewatch("replay", bzip2_bb, "--output", out)
+    assert cli("replay", bzip2_bb, "--output", out)[0] == 0
     labels = [json.loads(l)["phase"] for l in out.read_text().splitlines()]
-    phasewatch("export", "--simpoints", out, "--bb", bzip2_bb, "-o", tmp_path / "bz")
+    assert cli("export", "--simpoints", out, "--bb", bzip2_bb, "-o", tmp_path / "bz")[0] == 0
     points = (tmp_path / "bz.simpoints").read_text().splitlines()
     weights = (tmp_path / "bz.weights").read_text().splitlines()
     k = len(set(labels))
@@ -99,24 +112,24 @@ def test_export_writes_simpoints_files_in_simpoints_format(bzip2_bb, tmp_path):
     assert total == pytest.approx(1.0, abs=1e-5)
 
 
-def test_simpoint_method_against_its_own_labels_on_the_real_bb(bzip2_bb, tmp_path):
+def test_simpoint_method_against_its_own_labels_on_the_real_bb(bzip2_bb, tmp_path, cli):
     result = simpoint(read_bb(str(bzip2_bb)).counts, max_k=5)
     assert result.k >= 2
     assert sorted(np.unique(result.labels)) == list(range(result.k))
     labels_file = tmp_path / "sp.labels"
     labels_file.write_text("".join(f"{l} 0.0\n" for l in result.labels))
     (tmp_path / "same.json").write_text(json.dumps([f"c{l}" for l in result.labels]))
-    r = json.loads(phasewatch("eval", labels_file, tmp_path / "same.json", "--json").stdout)
+    r = json.loads(cli("eval", labels_file, tmp_path / "same.json", "--json")[1])
     assert r["ari"] == pytest.approx(1.0) and r["nmi"] == pytest.approx(1.0)
     assert r["a"]["phases"] == r["b"]["phases"] == result.k
 
 
-def test_eval_on_known_labellings(tmp_path):
+def test_eval_on_known_labellings(tmp_path, cli):
     a, b = tmp_path / "a.json", tmp_path / "b.labels"
     a.write_text(json.dumps([0, 0, 1, 1]))
     b.write_text("0 0.5\n1 0.5\n0 0.1\n1 0.2\n")
     (tmp_path / "cpi.json").write_text(json.dumps([1.0, 1.0, 2.0, 2.0]))
-    r = json.loads(phasewatch("eval", a, b, "--cpi", tmp_path / "cpi.json", "--json").stdout)
+    r = json.loads(cli("eval", a, b, "--cpi", tmp_path / "cpi.json", "--json")[1])
     assert r["ari"] == pytest.approx(-0.5)          # the textbook value for this pair
     assert r["nmi"] == pytest.approx(0.0, abs=1e-12)
     assert r["a"]["cpi_cov"] == pytest.approx(0.0)  # A splits exactly where CPI changes
@@ -127,7 +140,7 @@ def test_eval_on_known_labellings(tmp_path):
     res.write_text("".join(json.dumps({"index": i, "phase": p, "instructions": 100,
                                        "cycles": c, "distance": None}) + "\n"
                            for i, (p, c) in enumerate([(0, 100), (0, 100), (1, 300), (1, 300)])))
-    r = json.loads(phasewatch("eval", res, a, "--json").stdout)
+    r = json.loads(cli("eval", res, a, "--json")[1])
     assert r["ari"] == pytest.approx(1.0) and r["a"]["cpi_cov"] == pytest.approx(0.0)
     assert r["one_phase_cpi_cov"] == pytest.approx(0.5)
 
@@ -171,22 +184,34 @@ def test_bic_choice_takes_the_smallest_k_within_the_threshold():
     ("T:0:5\n", "block id 0"),
     ("T:\n", "no ':id:count' entries"),
 ])
-def test_malformed_bb_is_one_line_and_exit_2(tmp_path, content, expect):
+def test_malformed_bb_is_one_line_and_exit_2(tmp_path, content, expect, cli):
     path = tmp_path / "bad.bb"
     path.write_text(content)
-    proc = phasewatch("replay", path, "--detector", "bbv", check=False)
+    status, _, err = cli("replay", path, "--detector", "bbv")
+    assert status == 2
+    assert err.count("\n") == 1 and expect in err
+
+
+def test_malformed_bb_from_the_command_line_gives_no_traceback(tmp_path):
+    path = tmp_path / "bad.bb"
+    path.write_text("T:1:5 :2:3\nT:3:x\n")
+    proc = phasewatch("replay", path, check=False)
     assert proc.returncode == 2
-    assert proc.stderr.count("\n") == 1 and expect in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "bad.bb:2:" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
-def test_detector_mismatches_say_what_to_use(tmp_path, bzip2_bb):
-    proc = phasewatch("replay", bzip2_bb, "--detector", "vpf-ip", check=False)
-    assert proc.returncode == 2 and "--detector bbv" in proc.stderr
+def test_detector_mismatches_say_what_to_use(tmp_path, bzip2_bb, cli):
+    status, _, err = cli("replay", bzip2_bb, "--detector", "vpf-ip")
+    assert status == 2 and "--detector bbv" in err
     csv = tmp_path / "t.csv"
     csv.write_text("t_ns,cpu,tid,ip,perf_status,aperf,mperf,pperf,tsc,instructions,cycles\n"
                    "0,0,1,4096,0,0,0,0,0,0,0\n1000000,0,1,4096,0,1,1,1,3000000,10,10\n")
-    proc = phasewatch("replay", csv, "--detector", "bbv", check=False)
-    assert proc.returncode == 2 and "SimPoint .bb" in proc.stderr
-    proc = phasewatch("eval", tmp_path / "missing.json", csv, check=False)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    status, _, err = cli("replay", csv, "--detector", "bbv")
+    assert status == 2 and "SimPoint .bb" in err
+    status, _, err = cli("eval", tmp_path / "missing.json", csv)
+    assert status == 2 and err.count("\n") == 1
+    (tmp_path / "a.json").write_text("[0, 1]")
+    (tmp_path / "b.json").write_text("[0, 1, 1]")
+    status, _, err = cli("eval", tmp_path / "a.json", tmp_path / "b.json")
+    assert status == 2 and "2 intervals" in err
