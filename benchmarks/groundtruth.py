@@ -53,7 +53,7 @@ from groundtruth_workloads import WORKLOADS, available  # noqa: E402
 from phasewatch import metadata as md  # noqa: E402
 from phasewatch.batch import SampleBatch  # noqa: E402
 from phasewatch.bbvdetect import BbvDetector  # noqa: E402
-from phasewatch.bbvfile import read_bb, read_pc  # noqa: E402
+from phasewatch.bbvfile import looks_like_bb, read_bb, read_pc  # noqa: E402
 from phasewatch.cmd_eval import cpi_cov_quality  # noqa: E402
 from phasewatch.params import DetectorParams, IntervalParams  # noqa: E402
 from phasewatch.simpoint import simpoint  # noqa: E402
@@ -85,7 +85,7 @@ def mappings_from_log(log_path: str) -> list[dict]:
     return out
 
 
-def callgrind_cpi(cg_prefix: str, instructions: np.ndarray) -> np.ndarray:
+def callgrind_cpi(cg_prefix: str, instructions: np.ndarray, thread: int | None = None) -> np.ndarray:
     """Per-interval CPI of the model, pieced from the callgrind dumps: each
     dump's cycles are spread evenly over its instructions.  While callgrind
     has not finished, intervals past its last dump are NaN (left out of the
@@ -93,6 +93,10 @@ def callgrind_cpi(cg_prefix: str, instructions: np.ndarray) -> np.ndarray:
     parts = []
     for path in glob.glob(cg_prefix + "*"):
         if path.endswith(".done"):
+            continue
+        # --separate-threads=yes: one file per thread, named ...-NN
+        m = re.search(r"-(\d+)$", path)
+        if thread is not None and (m is None or int(m[1]) != thread):
             continue
         part, events, totals = None, None, None
         with open(path, errors="replace") as f:
@@ -190,7 +194,7 @@ def busiest_thread(bb_path: str):
     for f in glob.glob(bb_path + ".*"):
         if f.rsplit(".", 1)[1].isdigit():
             files[int(f.rsplit(".", 1)[1])] = f
-    loaded = {t: read_bb(f) for t, f in files.items()}
+    loaded = {t: read_bb(f) for t, f in files.items() if looks_like_bb(f)}
     thread = max(loaded, key=lambda t: len(loaded[t]))
     return loaded[thread], thread
 
@@ -213,7 +217,8 @@ def evaluate(w, workdir: str, live: bool, run_valgrind: bool = True) -> dict:
     counts = bb.counts[:-1] if bb.instructions[-1] < INTERVAL else bb.counts
     instr = np.asarray(counts.sum(axis=1)).ravel()
     n = counts.shape[0]
-    cpi = callgrind_cpi(p["cg"], np.asarray(bb.counts.sum(axis=1)).ravel())[:n]
+    cpi = callgrind_cpi(p["cg"], np.asarray(bb.counts.sum(axis=1)).ravel(),
+                        thread if w.threads > 1 else None)[:n]
     cpi_known = float(np.mean(~np.isnan(cpi)))
     sp = simpoint(counts)
     truth = sp.labels

@@ -47,7 +47,8 @@ def build(w: Workload, workdir: str, interval: int, callgrind: bool = True) -> d
         run(["valgrind", "--tool=callgrind", "--cache-sim=yes", "--branch-sim=yes",
              f"--dump-every-bb={DUMP_EVERY_BB}", "--dump-instr=no", "--dump-line=no",
              "--compress-strings=no", "--compress-pos=no", f"--callgrind-out-file={p['cg']}",
-             f"--log-file={p['vglog']}.callgrind"] + argv(w, p))
+             f"--log-file={p['vglog']}.callgrind"]
+            + (["--separate-threads=yes"] if w.threads > 1 else []) + argv(w, p))
         open(done, "w").close()
     return p
 
