@@ -79,7 +79,7 @@ def profile_distance(x, x_counts, c, c_members, bounds, kinds, used):
     for s in range(len(kinds)):
         if used[s] and x_counts[s] > 0 and c_members[s] > 0:
             lo, hi = bounds[s], bounds[s + 1]
-            d = max(d, segment_distance(x[lo:hi], x_counts[s], c[lo:hi], kinds[s]))
+            d = max(d, segment_distance(x[lo:hi], x_counts[s], c[lo:hi], c_members[s], kinds[s]))
     return d if d >= 0.0 else 1.0
 
 
@@ -160,20 +160,14 @@ def _classify_kernel(profiles, counts, bounds, kinds, used, start, settings,
 
 def classify_reference(profiles, counts, bounds, kinds, used, params: DetectorParams):
     """Plain Python/numpy leader-follower, for the tests and the benchmark."""
-    from .histograms import (NOISE_ALLOWANCE, cumulative_distance_reference,
-                             expected_total_variation_reference,
-                             total_variation_distance_reference)
+    from .histograms import segment_distance_reference
 
-    def tv(x, c, n):
-        return max(total_variation_distance_reference(x, c)
-                   - NOISE_ALLOWANCE * expected_total_variation_reference(c, n), 0.0)
-
-    seg_fn = [lambda x, c, n: cumulative_distance_reference(x, c), tv]
     centroids, members, phases, dists, news = [], [], [], [], []
     thr, mean, var, joined = params.threshold, 0.0, 0.0, 0
 
     def distance(x, xp, c, cm):
-        ds = [seg_fn[kinds[s]](x[bounds[s]:bounds[s + 1]], c[bounds[s]:bounds[s + 1]], xp[s])
+        ds = [segment_distance_reference(x[bounds[s]:bounds[s + 1]], xp[s],
+                                         c[bounds[s]:bounds[s + 1]], cm[s], kinds[s])
               for s in range(len(kinds)) if used[s] and xp[s] > 0 and cm[s] > 0]
         return max(ds) if ds else 1.0
 

@@ -18,7 +18,8 @@ from .tracefiles import open_trace
 def add_detector_arguments(parser) -> None:
     parser.add_argument("--detector", choices=detectors.NAMES, default="vpf",
                         help="vpf: voltage and productive frequency (the thesis); "
-                             "vpf-ip: also the instruction-pointer vector; "
+                             "vpf-ip: also the code signature over all executable mappings; "
+                             "vpf-ip-fold: the thesis's 32-entry IP fold over .text instead; "
                              "bbv: basic-block vectors (SimPoint .bb files, chosen for them)")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, metavar="X",
                         help="distance under which an interval joins a phase (default %(default)s)")
@@ -29,6 +30,9 @@ def add_detector_arguments(parser) -> None:
                       help="end an interval every N retired instructions (default 100M)")
     size.add_argument("--interval-ms", type=float, metavar="MS",
                       help="end an interval every MS milliseconds instead")
+    size.add_argument("--interval-samples", type=int, metavar="N",
+                      help="end an interval every N samples instead (N ms of the "
+                           "program's CPU time at 1 kHz, however busy the host)")
     parser.add_argument("--output", metavar="FILE", help="write one JSON object per interval")
 
 
@@ -53,6 +57,10 @@ def interval_params(args, default: IntervalParams, signals, warn) -> IntervalPar
         if args.interval_ms <= 0:
             raise UserError(f"--interval-ms {args.interval_ms}: give a positive duration")
         return IntervalParams(kind="time", ns=int(args.interval_ms * 1e6))
+    if getattr(args, "interval_samples", None) is not None:
+        if args.interval_samples <= 0:
+            raise UserError(f"--interval-samples {args.interval_samples}: give a positive count")
+        return IntervalParams(kind="samples", samples=args.interval_samples)
     chosen = default
     if args.interval_instructions is not None:
         if args.interval_instructions <= 0:
@@ -61,8 +69,9 @@ def interval_params(args, default: IntervalParams, signals, warn) -> IntervalPar
         chosen = IntervalParams(kind="instructions", instructions=args.interval_instructions)
     if chosen.kind == "instructions" and "instructions" not in signals:
         warn("the samples have no instruction counts: ending intervals every "
-             f"{chosen.ns / 1e6:g} ms instead (set it with --interval-ms)")
-        chosen = replace(chosen, kind="time")
+             f"{chosen.samples} samples instead ({chosen.samples} ms of the program's CPU "
+             "time at 1 kHz; set it with --interval-samples or --interval-ms)")
+        chosen = replace(chosen, kind="samples")
     return chosen
 
 

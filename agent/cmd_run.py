@@ -37,6 +37,7 @@ from .live import LiveRun, SourceThread
 from .params import HistogramParams, IntervalParams, Params
 from .phase_functions import PhaseFunctions
 from .pipeline import Pipeline
+from .process_maps import ProcessMappings
 from .report import console, phase_table, summary_lines
 from .results import JsonLinesSink, PhaseSummary
 from .status import StatusLine
@@ -114,13 +115,14 @@ def watch(args, child: Child, source: PerfSource) -> int:
     interval = interval_params(args, IntervalParams(), signals, warn)
     load_kernels(args, detector, interval, signals)
     out = open_output(args.output)
-    sinks, trace, feed = [PhaseSummary()], None, None
+    sinks, trace, feed, maps = [PhaseSummary()], None, None, None
     try:
         with child.forward_signals() as forwarder:
             child.release()
             symbolizer = Symbolizer.from_pid(child.pid)
             meta = run_metadata(child, source, signals, interval, program_text_range(symbolizer))
             pipeline = pipeline_for(meta, args, detector)
+            maps = ProcessMappings(child.pid, pipeline, record=args.record, just_execd=True)
             functions = PhaseFunctions(symbolizer)
             sinks += [JsonLinesSink(out)] if out else []
             trace = TraceWriter(args.record, meta, signals) if args.record else None
@@ -128,7 +130,7 @@ def watch(args, child: Child, source: PerfSource) -> int:
             status = StatusLine(os.path.basename(child.argv[0]))
             live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
                            status=status, lost_samples=lambda: source.stats()["lost_samples"],
-                           every_second=symbolizer.snapshot)
+                           every_second=symbolizer.snapshot, before_feed=maps.before_feed)
             with status:
                 live.run()
             exit_status = child.wait()
@@ -144,6 +146,8 @@ def watch(args, child: Child, source: PerfSource) -> int:
             out.close()
         if trace:
             trace.close()
+        if maps:
+            maps.close()
     run_info = {
         "command": child.argv, "exit_status": exit_status,
         "interrupted": forwarder.interrupted,
@@ -220,7 +224,7 @@ def run_metadata(child: Child, source: PerfSource, signals, interval: IntervalPa
         histograms=HistogramParams.for_model(model, text_range=text),
         text_range=list(text) if text else None,
         command=child.argv, pinned_cpu=child.cpu, sampling=source.metadata,
-        counter_scope="thread")
+        counter_scope="thread", mappings=[])
 
 
 def pipeline_for(meta: dict, args, detector: str) -> Pipeline:

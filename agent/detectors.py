@@ -9,13 +9,22 @@
     only if neither signal tells them apart.
 
 ``vpf-ip``
-    Adds the folded instruction-pointer vector.  Its entries have no order once
-    folded, so it is compared with the total-variation distance (half the L1
+    Adds the code signature: every sampled IP placed in its object (main
+    executable, shared library, JIT mapping, kernel) and hashed by 16 KiB code
+    region into 1024 entries (agent/codemap.py).  Its entries have no order,
+    so it is compared with the total-variation distance (half the L1
     distance, also 0..1): code that runs in disjoint places is at distance 1
     however close those places lie.  Combined again by the maximum, so a change
     of code alone opens a new phase even when voltage and frequency stay alike.
     Where the host gives no voltage or frequency (a virtual machine), the IP
     vector is the only segment present and decides alone.
+
+``vpf-ip-fold``
+    ``vpf-ip`` with the thesis's IP vector instead: IPs folded into 32 entries
+    over the main executable's ``.text``, kept for comparison.
+
+The IP segment is compared after allowing for sampling noise
+(``histograms.segment_distance``).
 
 ``bbv``
     Basic-block vectors from SimPoint ``.bb`` files (valgrind exp-bbv), hashed
@@ -36,7 +45,10 @@ from .intervals import SEGMENTS
 USED_SEGMENTS = {
     "vpf": ("voltage", "pfreq"),
     "vpf-ip": ("voltage", "pfreq", "ip"),
+    "vpf-ip-fold": ("voltage", "pfreq", "ip"),
 }
+#: The IP signature each detector's profiles carry.
+IP_SIGNATURE = {"vpf": "regions", "vpf-ip": "regions", "vpf-ip-fold": "fold"}
 NAMES = tuple(USED_SEGMENTS) + ("bbv",)
 
 #: Raw signals each segment is computed from.

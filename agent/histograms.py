@@ -10,10 +10,10 @@ import numpy as np
 
 CUMULATIVE = 0          # ordered bins: cumulative histogram distance
 TOTAL_VARIATION = 1     # unordered bins (folded IPs): half the L1 distance
-#: How much sampling noise is forgiven in a total-variation distance, in units
-#: of its expected value.  At a few dozen samples the noise's spread is about
-#: as large as its mean, so twice the mean covers all but its far tail.
-NOISE_ALLOWANCE = 2.0
+#: The noise model's significance: a total-variation distance is counted only
+#: beyond the level that sampling noise alone exceeds with probability 1 %
+#: (one-sided z of the normal approximation).
+NOISE_Z = 2.326
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -134,15 +134,75 @@ def expected_total_variation_reference(h: np.ndarray, n: int) -> float:
     return float(0.5 * np.sqrt(h * (1 - h)).sum() * np.sqrt(2 / (np.pi * n))) if n > 0 else 0.0
 
 
-@numba.njit(cache=True, nogil=True)
-def segment_distance(x, n, centroid, kind):
-    """Distance of an interval's histogram ``x`` of ``n`` samples to a centroid.
+@numba.njit(cache=True, nogil=True, fastmath=True)
+def noise_level(h, n_eff):
+    """The total-variation distance that sampling noise alone stays under with
+    probability 1 - 1 %: between ``h`` and a histogram of ``n_eff`` samples
+    drawn from it, mean plus ``NOISE_Z`` standard deviations.  Per entry the
+    deviation of a share is about normal with variance p(1-p)/n, so its absolute
+    value has mean sqrt(2/pi) sigma and variance (1 - 2/pi) sigma^2; entries are
+    taken as independent."""
+    if n_eff <= 0.0:
+        return 0.0
+    s, v = 0.0, 0.0
+    for p in h:
+        q = p * (1.0 - p)
+        s += np.sqrt(q)
+        v += q
+    mean = 0.5 * s * np.sqrt(2.0 / (np.pi * n_eff))
+    sd = 0.5 * np.sqrt((1.0 - 2.0 / np.pi) * v / n_eff)
+    return mean + NOISE_Z * sd
 
-    Folded IPs are unordered and sparse: an interval of a few dozen samples
-    differs from its own phase's centroid by sampling noise alone, so the
-    noise allowed at ``n`` samples is taken off the total-variation distance.
+
+def noise_level_reference(h: np.ndarray, n_eff: float) -> float:
+    if n_eff <= 0:
+        return 0.0
+    q = h * (1 - h)
+    return float(0.5 * np.sqrt(q).sum() * np.sqrt(2 / (np.pi * n_eff))
+                 + NOISE_Z * 0.5 * np.sqrt((1 - 2 / np.pi) * q.sum() / n_eff))
+
+
+def effective_samples(n: int, members: int) -> float:
+    """Samples behind a difference of an interval of ``n`` samples and a
+    centroid of ``members`` intervals of about as many: both carry noise."""
+    return n * members / (members + 1.0) if members > 0 else float(n)
+
+
+effective_samples_kernel = numba.njit(cache=True, nogil=True)(effective_samples)
+
+
+def beyond_noise(tv: float, level: float) -> float:
+    """The share of new code ``D`` behind a distance ``tv`` when noise alone
+    reaches ``level``: ``(tv - level) / (1 - level)``, at least 0."""
+    return max(tv - level, 0.0) / (1.0 - level) if level < 1.0 else 0.0
+
+
+beyond_noise_kernel = numba.njit(cache=True, nogil=True)(beyond_noise)
+
+
+@numba.njit(cache=True, nogil=True)
+def segment_distance(x, n, centroid, members, kind):
+    """Distance of an interval's histogram ``x`` of ``n`` samples to the
+    centroid of ``members`` intervals.
+
+    Code signatures are unordered and sparse: an interval of a hundred samples
+    differs from its own phase's centroid by sampling noise alone.  The noise
+    model: if the interval's code is a share ``D`` of new code and ``1 - D``
+    drawn from the centroid, its observed total-variation distance is about
+    ``D + (1 - D) L``, where ``L`` is what noise alone gives.  So ``D`` is
+    estimated as ``(TV - L) / (1 - L)``, with ``L`` the level noise stays under
+    at 1 % significance: a difference noise cannot explain keeps its size,
+    however few the samples, and the estimate tends to the plain distance as
+    samples grow.
     """
     if kind == TOTAL_VARIATION:
-        noise = NOISE_ALLOWANCE * expected_total_variation(centroid, n)
-        return max(total_variation_distance(x, centroid) - noise, 0.0)
+        level = noise_level(centroid, effective_samples_kernel(n, members))
+        return beyond_noise_kernel(total_variation_distance(x, centroid), level)
     return cumulative_distance(x, centroid)
+
+
+def segment_distance_reference(x, n, centroid, members, kind) -> float:
+    if kind == TOTAL_VARIATION:
+        level = noise_level_reference(centroid, effective_samples(n, members))
+        return beyond_noise(total_variation_distance_reference(x, centroid), level)
+    return cumulative_distance_reference(x, centroid)

@@ -1,7 +1,9 @@
 """Split decoded samples into intervals and build each interval's execution profile.
 
 An execution profile is the concatenation of three histograms (segments):
-core voltage, productive frequency and the folded instruction-pointer vector.
+core voltage, productive frequency and the code signature (instruction
+pointers hashed by code region over every executable mapping, or the thesis's
+fold over ``.text``).
 Which segments a detector compares is the detector's business.
 """
 
@@ -13,6 +15,7 @@ import numba
 import numpy as np
 
 from .decode import F
+from .codemap import CodeMap
 from .histograms import CUMULATIVE, TOTAL_VARIATION, ip_bins, value_bins
 from .params import HistogramParams, IntervalParams
 
@@ -34,7 +37,7 @@ class Layout:
 
     @classmethod
     def of(cls, hp: HistogramParams) -> "Layout":
-        sizes = [hp.voltage_bins, hp.pfreq_bins, hp.ip_bins]
+        sizes = [hp.voltage_bins, hp.pfreq_bins, hp.ip_entries]
         return cls(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
 
     @property
@@ -69,6 +72,7 @@ class IntervalAccumulator:
         self.hist = hp
         self.layout = Layout.of(hp)
         self.time_mode = ip_.kind == "time"
+        self.samples_mode = ip_.kind == "samples"
         self.acc = np.zeros(self.layout.width, np.float64)
         self.seg_n = np.zeros(len(SEGMENTS), np.int64)
         self.istate = np.zeros(9, np.int64)
@@ -78,6 +82,10 @@ class IntervalAccumulator:
         self.ip_bits = int(hp.ip_bins).bit_length() - 1
         self._scratch = _empty_block(256, self.layout.width)
         self._bin_scratch = np.empty((len(SEGMENTS), 0), np.int32)
+        self.code_map = CodeMap.from_mappings(None)
+
+    def set_code_map(self, code_map: CodeMap) -> None:
+        self.code_map = code_map
 
     def set_text_range(self, lo: int, hi: int) -> None:
         self.text_lo, self.text_hi = np.uint64(lo), np.uint64(hi)
@@ -86,7 +94,7 @@ class IntervalAccumulator:
         """Add a batch; return the intervals it completed, profiles normalised.
         The block is scratch space, reused by the next call."""
         n = len(t_ns)
-        bins = self._bins(n, ip, decoded)
+        bins = self._bins(n, ip, decoded, t_ns)
         t_ns = np.ascontiguousarray(t_ns)
         done, start = 0, 0
         while True:
@@ -110,7 +118,7 @@ class IntervalAccumulator:
         out.voltage_sum[0], out.pfreq_sum[0] = self.fstate
         return _head(out, 1)
 
-    def _bins(self, n: int, ip, decoded) -> np.ndarray:
+    def _bins(self, n: int, ip, decoded, t_ns) -> np.ndarray:
         """Each sample's bin in each segment (-1: none), one row per segment."""
         if self._bin_scratch.shape[1] < n:
             self._bin_scratch = np.empty((len(SEGMENTS), n), np.int32)
@@ -118,7 +126,10 @@ class IntervalAccumulator:
         hp = self.hist
         value_bins(decoded[F_VOLT], hp.voltage_mv[0], hp.voltage_mv[1], hp.voltage_bins, bins[0])
         value_bins(decoded[F_PFREQ], hp.pfreq_mhz[0], hp.pfreq_mhz[1], hp.pfreq_bins, bins[1])
-        if ip is not None and self.text_hi > self.text_lo:
+        if ip is not None and hp.ip_signature != "fold":
+            self.code_map.bins(np.ascontiguousarray(ip), np.ascontiguousarray(t_ns),
+                               hp.code_region_bits, hp.code_bins, bins[2])
+        elif ip is not None and self.text_hi > self.text_lo:
             ip_bins(np.ascontiguousarray(ip), self.text_lo, self.text_hi, self.ip_bits,
                     hp.ip_fold_groups, bins[2])
         else:
@@ -127,7 +138,7 @@ class IntervalAccumulator:
 
     def _run(self, t_ns, bins, decoded, start, out):
         return _accumulate(
-            t_ns, bins, decoded, start, self.time_mode, int(self.interval.size),
+            t_ns, bins, decoded, start, self.time_mode, self.samples_mode, int(self.interval.size),
             self.layout.bounds, self.acc, self.seg_n, self.istate, self.fstate,
             out.t_start_ns, out.t_end_ns, out.instructions, out.cycles, out.samples,
             out.profiles, out.segment_samples, out.voltage_sum, out.pfreq_sum)
@@ -154,7 +165,7 @@ def _join(blocks: list[IntervalBlock]) -> IntervalBlock:
 
 
 @numba.njit(cache=True, nogil=True)
-def _accumulate(t_ns, bins, dec, start, time_mode, size, bounds, acc, seg_n, istate, fstate,
+def _accumulate(t_ns, bins, dec, start, time_mode, samples_mode, size, bounds, acc, seg_n, istate, fstate,
                 o_t_start, o_t_end, o_instr, o_cycles, o_samples, o_prof, o_segn,
                 o_vsum, o_fsum):
     """Add rows from ``start`` on; stop after the last row or when the output is
@@ -198,7 +209,7 @@ def _accumulate(t_ns, bins, dec, start, time_mode, size, bounds, acc, seg_n, ist
                 continue
             next_t = t_origin + ((t - t_origin) // size + 1) * size
         else:
-            cur += d_instr
+            cur += 1 if samples_mode else d_instr
             if cur < size:
                 continue
             cur = (cur - size) % size

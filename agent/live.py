@@ -82,8 +82,10 @@ class LiveRun:
                  sinks: Sequence = (), trace: TraceWriter | None = None,
                  functions: PhaseFunctions | None = None, status: StatusLine | None = None,
                  lost_samples: Callable[[], int] = lambda: 0,
-                 every_second: Callable[[], None] = lambda: None):
+                 every_second: Callable[[], None] = lambda: None,
+                 before_feed: Callable[[SampleBatch], None] = lambda batch: None):
         self.source = source
+        self.before_feed = before_feed
         self.pipeline = pipeline
         self.sinks = list(sinks)
         self.trace = trace
@@ -110,6 +112,7 @@ class LiveRun:
     def consume(self, batch: SampleBatch) -> None:
         if self.trace is not None:
             self.trace.write(batch)
+        self.before_feed(batch)
         intervals = self.pipeline.feed(batch)
         if self.functions is not None and "ip" in batch:
             self.functions.add(batch["ip"], intervals)

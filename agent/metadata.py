@@ -53,6 +53,8 @@ def histogram_params(meta: dict[str, Any]) -> HistogramParams:
         ip_bins=int(h.get("ip_bins", 32)),
         ip_fold_groups=int(h.get("ip_fold_groups", 2)),
         text_range=tuple(int(x) for x in text) if text else None,
+        code_bins=int(h.get("code_bins", HistogramParams.code_bins)),
+        code_region_bits=int(h.get("code_region_bits", HistogramParams.code_region_bits)),
     )
 
 
@@ -60,15 +62,17 @@ def interval_params(meta: dict[str, Any]) -> IntervalParams:
     i = meta.get("interval") or {}
     return IntervalParams(kind=i.get("kind", "instructions"),
                           instructions=int(i.get("instructions", IntervalParams.instructions)),
-                          ns=int(i.get("ns", IntervalParams.ns)))
+                          ns=int(i.get("ns", IntervalParams.ns)),
+                          samples=int(i.get("samples", IntervalParams.samples)))
 
 
 def _interval_dict(p: IntervalParams) -> dict[str, Any]:
-    return {"kind": p.kind, "instructions": p.instructions, "ns": p.ns}
+    return {"kind": p.kind, "instructions": p.instructions, "ns": p.ns, "samples": p.samples}
 
 
 def _histograms_dict(p: HistogramParams) -> dict[str, Any]:
     return {"voltage_mv": list(p.voltage_mv), "voltage_bins": p.voltage_bins,
             "pfreq_mhz": list(p.pfreq_mhz), "pfreq_bins": p.pfreq_bins,
             "ip_bins": p.ip_bins, "ip_fold_groups": p.ip_fold_groups,
-            "text_range": list(p.text_range) if p.text_range else None}
+            "text_range": list(p.text_range) if p.text_range else None,
+            "code_bins": p.code_bins, "code_region_bits": p.code_region_bits}

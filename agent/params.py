@@ -16,17 +16,23 @@ class IntervalParams:
     count to the next multiple of ``instructions``, or, in time mode, at the first
     sample at or past the next multiple of ``ns`` from the run's first sample."""
 
-    kind: str = "instructions"          # "instructions" or "time"
+    kind: str = "instructions"          # "instructions", "time" or "samples"
     instructions: int = DEFAULT_INTERVAL_INSTRUCTIONS
     ns: int = 100_000_000
+    #: In samples mode, an interval ends every this many samples: with samples
+    #: taken per millisecond of CPU time, milliseconds the program ran, however
+    #: busy the host.
+    samples: int = 100
 
     @property
     def size(self) -> int:
-        return self.instructions if self.kind == "instructions" else self.ns
+        return {"instructions": self.instructions, "time": self.ns}.get(self.kind, self.samples)
 
     def describe(self) -> str:
         if self.kind == "instructions":
             return f"every {self.instructions:,} instructions"
+        if self.kind == "samples":
+            return f"every {self.samples:,} samples"
         return f"every {self.ns / 1e6:g} ms"
 
 
@@ -42,6 +48,16 @@ class HistogramParams:
     ip_bins: int = 32                    # a power of two
     ip_fold_groups: int = 2              # groups of log2(ip_bins) bits XOR-folded
     text_range: tuple[int, int] | None = None
+    # The code signature over all executable mappings (agent/codemap.py):
+    # regions of 2**code_region_bits bytes hashed into code_bins entries.
+    ip_signature: str = "regions"        # "regions", or "fold": the thesis's 32-entry fold
+    code_bins: int = 1024
+    code_region_bits: int = 14
+
+    @property
+    def ip_entries(self) -> int:
+        """Length of the IP segment of a profile."""
+        return self.ip_bins if self.ip_signature == "fold" else self.code_bins
 
     @classmethod
     def for_model(cls, model: CpuModel, text_range=None) -> "HistogramParams":

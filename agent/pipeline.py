@@ -6,14 +6,15 @@ keeps between them; sources and sinks stay outside.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .batch import SampleBatch
 from .classify import ClassifierState, classify
+from .codemap import CodeMap
 from .decode import PROFILE_COUNTERS, DecoderState, decode
-from .detectors import used_mask
+from .detectors import IP_SIGNATURE, used_mask
 from .intervals import SEGMENT_KINDS, SEGMENTS, IntervalAccumulator, IntervalBlock, Layout
 from .metadata import cpu_model
 from .params import Params
@@ -59,7 +60,9 @@ class Pipeline:
     """Feed it sample batches; it returns the intervals each batch completed."""
 
     def __init__(self, params: Params, base_mhz: float, voltage_from_perf_status: bool = True,
-                 counter_scope: str = "cpu"):
+                 counter_scope: str = "cpu", mappings: list[dict] | None = None):
+        params = replace(params, histograms=replace(
+            params.histograms, ip_signature=IP_SIGNATURE[params.detector.detector]))
         self.params = params
         self.base_mhz = float(base_mhz)
         self.voltage_from_perf_status = voltage_from_perf_status
@@ -69,6 +72,8 @@ class Pipeline:
         self.classifier = ClassifierState(self.layout.width, len(SEGMENTS), params.detector)
         self.used = used_mask(params.detector.detector)
         self.text_range = params.histograms.text_range
+        self.mappings = mappings
+        self.accumulator.set_code_map(CodeMap.from_mappings(mappings))
         self.count = 0
         self.samples = 0
 
@@ -81,7 +86,8 @@ class Pipeline:
 
     def _feed(self, batch: SampleBatch) -> Intervals:
         self.samples += len(batch)
-        if self.text_range is None and self.used[SEGMENTS.index("ip")] and "ip" in batch:
+        if (self.text_range is None and self.params.histograms.ip_signature == "fold"
+                and self.used[SEGMENTS.index("ip")] and "ip" in batch):
             self._guess_text_range(batch["ip"])
         decoded = decode(batch, self.decoder, self.base_mhz, self.voltage_from_perf_status)
         block = self.accumulator.feed(batch["t_ns"], batch.get("ip"), decoded)
@@ -101,7 +107,18 @@ class Pipeline:
         one constructor live runs and replay share, so that both decode alike."""
         return cls(params, base_mhz=meta.get("base_freq_mhz") or 0.0,
                    voltage_from_perf_status=cpu_model(meta).voltage_source == "perf_status",
-                   counter_scope=meta.get("counter_scope", "cpu"))
+                   counter_scope=meta.get("counter_scope", "cpu"),
+                   mappings=meta.get("mappings"))
+
+    def set_mappings(self, mappings: list[dict]) -> None:
+        """Executable mappings learnt while running (each new one with the
+        ``t_ns`` from which it applies); replay reads the same list."""
+        self.mappings = list(mappings)
+        self.accumulator.set_code_map(CodeMap.from_mappings(self.mappings))
+
+    @property
+    def code_map(self) -> CodeMap:
+        return self.accumulator.code_map
 
     @property
     def n_phases(self) -> int:

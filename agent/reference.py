@@ -7,12 +7,15 @@ measures the pipeline against it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from .batch import MISSING, SampleBatch
 from .classify import classify_reference
 from .decode import COUNTERS, F, FIELDS
-from .detectors import used_mask
+from .codemap import code_bins_reference
+from .detectors import IP_SIGNATURE, used_mask
 from .histograms import fill_reference, ip_bins_reference
 from .intervals import SEGMENT_KINDS, Layout
 from .params import Params
@@ -75,6 +78,8 @@ def interval_ends(t_ns: np.ndarray, d_instr: np.ndarray, params: Params) -> np.n
             ends.append(i)
             nxt = origin + ((t_ns[i] - origin) // iv.ns + 1) * iv.ns
         return np.array(ends, np.int64)
+    if iv.kind == "samples":
+        return np.arange(iv.samples - 1, len(t_ns), iv.samples, dtype=np.int64)
     total = np.cumsum(d_instr.astype(np.int64))
     carried = 0
     while True:
@@ -88,14 +93,17 @@ def interval_ends(t_ns: np.ndarray, d_instr: np.ndarray, params: Params) -> np.n
 
 
 def profiles(batch: SampleBatch, decoded: np.ndarray, ends: np.ndarray, params: Params,
-             text_range) -> tuple[np.ndarray, np.ndarray]:
-    hp = params.histograms
+             text_range, mappings=None) -> tuple[np.ndarray, np.ndarray]:
+    hp = replace(params.histograms, ip_signature=IP_SIGNATURE[params.detector.detector])
     layout = Layout.of(hp)
     starts = np.concatenate([[0], ends[:-1] + 1])
     prof = np.zeros((len(ends), layout.width))
     counts = np.zeros((len(ends), 3), np.int64)
     ip_bins = None
-    if "ip" in batch and text_range is not None:
+    if "ip" in batch and hp.ip_signature != "fold":
+        ip_bins = code_bins_reference(batch["ip"], batch["t_ns"], mappings, hp.code_region_bits,
+                                      hp.code_bins)
+    elif "ip" in batch and text_range is not None:
         bits = int(hp.ip_bins).bit_length() - 1
         ip_bins = ip_bins_reference(batch["ip"], text_range[0], text_range[1], bits, hp.ip_fold_groups)
     for k, (a, b) in enumerate(zip(starts, ends + 1)):
@@ -103,10 +111,10 @@ def profiles(batch: SampleBatch, decoded: np.ndarray, ends: np.ndarray, params: 
         pf = decoded[F["pfreq_mhz"], a:b]
         hv = fill_reference(volt, *hp.voltage_mv, hp.voltage_bins)
         hf = fill_reference(pf, *hp.pfreq_mhz, hp.pfreq_bins)
-        hi = np.zeros(hp.ip_bins)
+        hi = np.zeros(hp.ip_entries)
         if ip_bins is not None:
             sel = ip_bins[a:b]
-            hi = np.bincount(sel[sel >= 0], minlength=hp.ip_bins).astype(np.float64)
+            hi = np.bincount(sel[sel >= 0], minlength=hp.ip_entries).astype(np.float64)
         for s, h in enumerate((hv, hf, hi)):
             counts[k, s] = int(h.sum())
             if counts[k, s]:
@@ -114,12 +122,15 @@ def profiles(batch: SampleBatch, decoded: np.ndarray, ends: np.ndarray, params: 
     return prof, counts
 
 
-def detect(batch: SampleBatch, params: Params, base_mhz: float, text_range=None):
-    """Phases of every complete interval: (phase, distance, new_phase, ends)."""
+def detect(batch: SampleBatch, params: Params, base_mhz: float, text_range=None, mappings=None):
+    """Phases of every complete interval: (phase, distance, new_phase, ends).
+    ``mappings`` as in trace metadata (None: a trace without them)."""
     decoded = decode(batch, base_mhz)
     ends = interval_ends(batch["t_ns"], decoded[F["d_instructions"]], params)
-    prof, counts = profiles(batch, decoded, ends, params, text_range or params.histograms.text_range)
-    layout = Layout.of(params.histograms)
+    prof, counts = profiles(batch, decoded, ends, params, text_range or params.histograms.text_range,
+                            mappings)
+    layout = Layout.of(replace(params.histograms,
+                               ip_signature=IP_SIGNATURE[params.detector.detector]))
     phase, dist, new = classify_reference(prof, counts, layout.bounds, SEGMENT_KINDS,
                                           used_mask(params.detector.detector), params.detector)
     return phase, dist, new, ends

@@ -47,6 +47,9 @@ class Phase:
     code: tuple[float, float]  # share of .text where the hot spots lie
     power_w: float
     hot_spots: tuple[float, ...]  # where in that share, drawn once at random
+    #: Instead of hot spots: code regions (start, size in bytes, share of
+    #: samples), IPs uniform inside each.
+    regions: tuple[tuple[int, int, float], ...] = ()
 
 
 PHASES = {
@@ -83,9 +86,9 @@ def labels(schedule=SCHEDULE) -> list[str]:
     return [name for name, n in schedule for _ in range(n)]
 
 
-def repeat_schedule(min_samples: int, interval: int, schedule=SCHEDULE):
+def repeat_schedule(min_samples: int, interval: int, schedule=SCHEDULE, phases=PHASES):
     """The schedule repeated until it yields at least ``min_samples`` samples."""
-    per_cycle = sum(n * interval * PHASES[p].cpi / CLOCKS_PER_TICK for p, n in schedule)
+    per_cycle = sum(n * interval * phases[p].cpi / CLOCKS_PER_TICK for p, n in schedule)
     cycles = int(np.ceil(min_samples / per_cycle))
     return tuple(schedule) * max(cycles, 1)
 
@@ -143,8 +146,60 @@ def _baseline(tid) -> SampleBatch:
 
 
 def _ips(p: Phase, rng, k: int) -> np.ndarray:
+    if p.regions:
+        starts, sizes, shares = (np.array(col, np.float64) for col in zip(*p.regions))
+        which = rng.choice(len(starts), size=k, p=shares / shares.sum())
+        return (TEXT_START + starts[which] + np.floor(rng.random(k) * sizes[which])).astype(np.uint64)
     lo = TEXT_START + p.code[0] * TEXT_SIZE
     span = (p.code[1] - p.code[0]) * TEXT_SIZE
     spots = lo + span * np.array(p.hot_spots)
     which = rng.choice(4, size=k, p=[0.4, 0.3, 0.2, 0.1])
     return np.round(spots[which] + rng.normal(0, 96, k)).astype(np.uint64)
+
+
+# ----------------------------------------------------------------------------
+# Eight phases in small code regions: the harder case.
+
+WIDE_TEXT_SIZE = 1_800 << 10         # 1.8 MiB of text
+#: (voltage mV, productive share, CPI, power W) of the eight phases; the last
+#: two are alike in voltage and frequency and differ only in their code.
+EIGHT_SIGNALS = ((970.0, 0.30, 3.0, 28.0), (988.0, 0.42, 2.2, 31.0), (1004.0, 0.52, 1.6, 34.0),
+                 (1020.0, 0.62, 1.2, 38.0), (1036.0, 0.74, 0.9, 42.0), (1052.0, 0.84, 0.7, 45.0),
+                 (1068.0, 0.94, 0.5, 48.0), (1068.0, 0.94, 0.52, 48.0))
+
+
+def eight_phases(seed: int) -> dict[str, Phase]:
+    """Eight phases, each running 1-4 code regions of 2-32 KiB placed at random
+    in a 1.8 MiB text; ``p6`` and ``p7`` share voltage and frequency."""
+    rng = np.random.default_rng(seed)
+    phases = {}
+    for i, (volt, productive, cpi, power) in enumerate(EIGHT_SIGNALS):
+        sizes = rng.integers(2 << 10, (32 << 10) + 1, int(rng.integers(1, 5)))
+        starts = [int(rng.integers(0, WIDE_TEXT_SIZE - size)) for size in sizes]
+        shares = rng.dirichlet(np.ones(len(sizes)) * 2.0)
+        phases[f"p{i}"] = Phase(f"p{i}", volt, 3.0, productive, 0.02, cpi, 0.06, (0.0, 1.0), power,
+                                (), tuple(zip(starts, (int(x) for x in sizes), shares)))
+    return phases
+
+
+def eight_phase_schedule(seed: int, stretches: int = 32) -> tuple:
+    """``stretches`` stretches of 3-12 intervals; every phase at least twice,
+    never the same phase twice in a row."""
+    rng = np.random.default_rng(seed + 1000)
+    names = [f"p{i}" for i in range(len(EIGHT_SIGNALS))]
+    order = names * 2 + list(rng.choice(names, stretches - 2 * len(names)))
+    rng.shuffle(order)
+    for i in range(1, len(order)):
+        if order[i] == order[i - 1]:
+            order[i] = names[(names.index(order[i]) + 1) % len(names)]
+    return tuple((name, int(rng.integers(3, 13))) for name in order)
+
+
+def eight_phase_metadata(interval: int) -> dict:
+    """Metadata of an eight-phase trace: the text is one mapping of a program."""
+    meta = metadata(interval)
+    meta["text_range"] = [TEXT_START, TEXT_START + WIDE_TEXT_SIZE]
+    meta["histograms"]["text_range"] = meta["text_range"]
+    meta["mappings"] = [{"start": TEXT_START, "end": TEXT_START + WIDE_TEXT_SIZE,
+                         "offset": 0x1000, "path": "/opt/synthetic/program"}]
+    return meta

@@ -6,6 +6,7 @@ import os
 
 from .csvtrace import CsvReader, looks_like_csv
 from .errors import UserError
+from .process_maps import with_side_table
 from .trace import TraceReader, is_arrow
 
 
@@ -19,9 +20,14 @@ def open_trace(path: str, base_mhz: float | None = None, warn=None):
         if os.path.getsize(path) == 0:
             raise UserError(f"{path}: empty file")
         if is_arrow(path):
-            return TraceReader(path, warn=warn)
-        if looks_like_csv(path):
-            return CsvReader(path, base_mhz=base_mhz)
+            source = TraceReader(path, warn=warn)
+        elif looks_like_csv(path):
+            source = CsvReader(path, base_mhz=base_mhz)
+        else:
+            source = None
+        if source is not None:
+            source.metadata = with_side_table(source.metadata, path)
+            return source
     except PermissionError:
         raise UserError(f"{path}: permission denied") from None
     raise UserError(f"{path}: not a trace: neither the phasewatch trace format "

@@ -29,7 +29,7 @@ def run(batch, p, chunk=None):
     return Intervals.join(parts), pipe
 
 
-@pytest.mark.parametrize("detector", ["vpf", "vpf-ip"])
+@pytest.mark.parametrize("detector", ["vpf", "vpf-ip", "vpf-ip-fold"])
 @pytest.mark.parametrize("adaptive", [False, True])
 def test_pipeline_matches_reference(samples, detector, adaptive):
     p = params(detector, adaptive)

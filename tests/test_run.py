@@ -132,7 +132,7 @@ def test_json_summary_parses_and_names_the_top_functions(abab):
     if {"core voltage", "productive frequency"} <= missing:   # asked vpf, given vpf-ip
         assert summary["detector"] == "vpf-ip" and "vpf-ip" in proc.stderr
     if "instructions" not in summary["signals"]:
-        assert summary["interval"] == "every 100 ms" and "100 ms" in proc.stderr
+        assert summary["interval"] == "every 100 samples" and "100 samples" in proc.stderr
     tops = {f["name"] for row in summary["phases"] for f in row["top_functions"]}
     assert {"region_a", "region_b"} <= tops
     shares = [sum(f["share"] for f in row["top_functions"]) for row in summary["phases"]]

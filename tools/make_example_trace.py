@@ -29,16 +29,21 @@ def main() -> int:
     parser.add_argument("--interval", type=int, default=100_000_000,
                         help="instructions per interval (default 100M)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--eight-phases", action="store_true",
+                        help="the eight-phase model in 2-32 KiB code regions (synthetic.eight_phases)")
     args = parser.parse_args()
 
-    schedule = synthetic.SCHEDULE
+    schedule, phases, meta = synthetic.SCHEDULE, synthetic.PHASES, synthetic.metadata(args.interval)
+    if args.eight_phases:
+        schedule, phases = synthetic.eight_phase_schedule(args.seed), synthetic.eight_phases(args.seed)
+        meta = synthetic.eight_phase_metadata(args.interval)
     if args.samples:
-        schedule = synthetic.repeat_schedule(args.samples, args.interval)
-    batches = synthetic.generate(schedule, args.interval, args.seed)
+        schedule = synthetic.repeat_schedule(args.samples, args.interval, schedule, phases)
+    batches = synthetic.generate(schedule, args.interval, args.seed, phases=phases)
     if args.csv:
         rows = write_csv(args.out, batches)
     else:
-        rows = write_trace(args.out, batches, synthetic.metadata(args.interval))
+        rows = write_trace(args.out, batches, meta)
     labels_path = os.path.splitext(args.out)[0] + ".labels.json"
     with open(labels_path, "w") as f:
         json.dump(synthetic.labels(schedule), f)

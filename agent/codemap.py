@@ -1,0 +1,184 @@
+"""The code signature: instruction pointers over every executable mapping of a
+process, hashed by code region into a fixed-length vector.
+
+Each IP is mapped to (object, offset): the object is the file a mapping comes
+from (main executable or shared library, by path), an anonymous executable
+mapping (JIT code, each mapping its own object) or the kernel (all kernel
+addresses, one object); the offset is the file offset (``ip - start +
+mapping offset``), the offset into the anonymous mapping, or the distance from
+the kernel's half of the address space.  The offset is cut into regions of
+``2**region_bits`` bytes, and each (object, region) pair is hashed into one of
+``bins`` entries.  Distinct hot code regions land in distinct entries unless
+their hashes collide, at a rate of about one pair in ``bins``; the thesis's
+fold over the main program's ``.text`` (``histograms.ip_bins``) puts any two
+regions ``1/32`` of the text apart into the same entry.
+
+Mappings come as in a trace's metadata: ``{"start", "end", "offset", "path"}``
+and, for those that appeared while the program ran, ``"t_ns"``: the mapping
+applies to samples taken at or after ``t_ns``, and a mapping seen later at
+overlapping addresses (exec, dlclose + dlopen) ends it there.  IPs in no
+mapping are unknown (-1), as are 0 and MISSING.  With no mapping list at all
+(a raw CSV), every user-space address counts as one object, so regions are
+hashed by absolute address.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from .batch import MISSING
+
+#: x86-64 kernel addresses start here (canonical upper half).
+KERNEL_START = np.uint64(0xFFFF_8000_0000_0000)
+ANON_PATHS = ("", "[anon]")
+NEVER = np.iinfo(np.int64).min
+FOREVER = np.iinfo(np.int64).max
+
+
+def object_key(name: str) -> np.uint64:
+    """A stable 64-bit name for an object (the same in every run and replay)."""
+    raw = name.encode()
+    return np.uint64((zlib.crc32(raw) << 32) | zlib.adler32(raw))
+
+
+KERNEL_KEY = object_key("[kernel]")
+WHOLE_SPACE_KEY = object_key("[address space]")
+
+
+def mapping_object(m: dict) -> str:
+    """The object a mapping belongs to: its path, or, for anonymous executable
+    memory, the mapping itself."""
+    path = m.get("path") or ""
+    return f"[anon@{int(m['start']):x}]" if path in ANON_PATHS else path
+
+
+@dataclass(frozen=True)
+class CodeMap:
+    """Executable mappings as sorted columns, for the kernel's search."""
+
+    starts: np.ndarray     # uint64, ascending
+    ends: np.ndarray       # uint64
+    reach: np.ndarray      # uint64: largest end among mappings 0..i
+    base: np.ndarray       # uint64: object offset of each mapping's start
+    keys: np.ndarray       # uint64: object_key of each mapping's object
+    since: np.ndarray      # int64: first sample time it applies to
+    until: np.ndarray      # int64: time a newer overlapping mapping replaced it
+    whole_space: bool      # no mapping list: all user space is one object
+
+    @classmethod
+    def from_mappings(cls, mappings: list[dict] | None) -> "CodeMap":
+        if mappings is None:
+            return cls(*(np.zeros(0, np.uint64) for _ in range(5)), np.zeros(0, np.int64),
+                       np.zeros(0, np.int64), True)
+        rows = sorted(((int(m.get("t_ns", NEVER)), int(m["start"]), int(m["end"]),
+                        int(m.get("offset", 0)) if (m.get("path") or "") not in ANON_PATHS else 0,
+                        int(object_key(mapping_object(m)))) for m in mappings
+                       if int(m["end"]) > int(m["start"])))
+        until = [FOREVER] * len(rows)
+        for j, (t, start, end, _, _) in enumerate(rows):
+            for i in range(j):
+                if until[i] == FOREVER and rows[i][1] < end and start < rows[i][2] and rows[i][0] < t:
+                    until[i] = t
+        order = sorted(range(len(rows)), key=lambda i: (rows[i][1], rows[i][0]))
+        col = lambda k, dt: np.array([rows[i][k] for i in order], dt)  # noqa: E731
+        ends = col(2, np.uint64)
+        return cls(col(1, np.uint64), ends, np.maximum.accumulate(ends) if len(ends) else ends,
+                   col(3, np.uint64), col(4, np.uint64), col(0, np.int64),
+                   np.array([until[i] for i in order], np.int64), False)
+
+    def bins(self, ips: np.ndarray, t_ns: np.ndarray, region_bits: int, nbins: int,
+             out: np.ndarray) -> None:
+        code_bins(ips, t_ns, self.starts, self.ends, self.reach, self.base, self.keys,
+                  self.since, self.until, self.whole_space, region_bits, nbins, out)
+
+    def unknown(self, ips: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
+        """Which user-space IPs (not 0, not MISSING) fall in no mapping."""
+        out = np.empty(len(ips), np.int32)
+        self.bins(np.ascontiguousarray(ips), np.ascontiguousarray(t_ns), 0, 1, out)
+        ips = np.asarray(ips)
+        return (out < 0) & (ips != 0) & (ips != MISSING) & (ips < KERNEL_START)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mix(x):
+    """SplitMix64's finaliser: every input bit moves every output bit."""
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    return x
+
+
+@numba.njit(cache=True, nogil=True)
+def _find(ip, t, starts, ends, reach, since, until):
+    """Index of the mapping holding ``ip`` at time ``t``, or -1."""
+    j = np.searchsorted(starts, ip, side="right") - 1
+    while j >= 0 and reach[j] > ip:
+        if ip < ends[j] and since[j] <= t < until[j]:
+            return j
+        j -= 1
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def code_bins(ips, t_ns, starts, ends, reach, base, keys, since, until, whole_space,
+              region_bits, nbins, out):
+    """Entry of each IP's (object, region) in ``nbins`` entries; -1 if unknown."""
+    shift = np.uint64(region_bits)
+    n_bins = np.uint64(nbins)
+    for i in range(len(ips)):
+        ip = ips[i]
+        if ip == 0 or ip == MISSING:
+            out[i] = -1
+            continue
+        if ip >= KERNEL_START:
+            key, offset = KERNEL_KEY, ip - KERNEL_START
+        elif whole_space:
+            key, offset = WHOLE_SPACE_KEY, ip
+        else:
+            j = _find(ip, t_ns[i], starts, ends, reach, since, until)
+            if j < 0:
+                out[i] = -1
+                continue
+            key, offset = keys[j], ip - starts[j] + base[j]
+        out[i] = np.int32(_mix(key ^ _mix(offset >> shift)) % n_bins)
+
+
+def _mix_reference(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> np.uint64(30))
+        x = x * np.uint64(0xBF58476D1CE4E5B9)
+        x = x ^ (x >> np.uint64(27))
+        x = x * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def code_bins_reference(ips, t_ns, mappings: list[dict] | None, region_bits: int,
+                        nbins: int) -> np.ndarray:
+    """Entry per IP computed mapping by mapping with whole-array numpy operations."""
+    ips = np.asarray(ips, np.uint64)
+    t_ns = np.asarray(t_ns, np.int64)
+    key = np.zeros(len(ips), np.uint64)
+    offset = np.zeros(len(ips), np.uint64)
+    known = np.zeros(len(ips), np.bool_)
+    user = (ips != 0) & (ips != MISSING) & (ips < KERNEL_START)
+    if mappings is None:
+        key[user], offset[user], known[user] = WHOLE_SPACE_KEY, ips[user], True
+    else:
+        table = CodeMap.from_mappings(mappings)
+        for j in range(len(table.starts)):
+            inside = (user & (ips >= table.starts[j]) & (ips < table.ends[j])
+                      & (t_ns >= table.since[j]) & (t_ns < table.until[j]))
+            key[inside] = table.keys[j]
+            offset[inside] = ips[inside] - table.starts[j] + table.base[j]
+            known |= inside
+    kernel = (ips >= KERNEL_START) & (ips != MISSING)
+    key[kernel], offset[kernel], known[kernel] = KERNEL_KEY, ips[kernel] - KERNEL_START, True
+    entry = (_mix_reference(key ^ _mix_reference(offset >> np.uint64(region_bits)))
+             % np.uint64(nbins)).astype(np.int64)
+    return np.where(known, entry, -1)

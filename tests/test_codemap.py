@@ -1,0 +1,137 @@
+"""The code signature over every executable mapping: the numba kernel against
+its numpy reference, and mappings learnt from a real process and read back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from phasewatch import metadata as md
+from phasewatch.batch import MISSING, SampleBatch
+from phasewatch.codemap import KERNEL_START, CodeMap, code_bins_reference
+from phasewatch.params import DetectorParams, Params
+from phasewatch.pipeline import Pipeline
+from phasewatch.process_maps import ProcessMappings, read_side_table, with_side_table
+
+MAPPINGS = [
+    {"start": 0x400000, "end": 0x480000, "offset": 0x1000, "path": "/usr/bin/prog"},
+    {"start": 0x7F0000000000, "end": 0x7F0000040000, "offset": 0x2000, "path": "/lib/libz.so"},
+    {"start": 0x7F0000100000, "end": 0x7F0000140000, "offset": 0x0, "path": "[anon]"},
+    {"start": 0x7F0000200000, "end": 0x7F0000240000, "offset": 0x0, "path": ""},
+    # exec'd later over the first program's addresses
+    {"start": 0x400000, "end": 0x420000, "offset": 0x0, "path": "/usr/bin/other", "t_ns": 500},
+    {"start": 0x7F0000300000, "end": 0x7F0000310000, "offset": 0x0, "path": "/lib/late.so",
+     "t_ns": 700},
+]
+
+
+def random_ips(rng, n: int) -> tuple[np.ndarray, np.ndarray]:
+    picks = [rng.integers(m["start"] - 0x1000, m["end"] + 0x1000, n) for m in MAPPINGS]
+    ips = np.concatenate(picks).astype(np.uint64)
+    special = np.array([0, MISSING, KERNEL_START, KERNEL_START + np.uint64(0x1234567),
+                        0x10], np.uint64)
+    ips = np.concatenate([ips, special])
+    return ips, rng.integers(0, 1000, len(ips)).astype(np.int64)
+
+
+@pytest.mark.parametrize("bits,nbins", [(12, 1024), (8, 64), (16, 4096)])
+def test_kernel_matches_reference(bits, nbins):
+    rng = np.random.default_rng(bits)
+    ips, t = random_ips(rng, 2000)
+    out = np.empty(len(ips), np.int32)
+    CodeMap.from_mappings(MAPPINGS).bins(ips, t, bits, nbins, out)
+    ref = code_bins_reference(ips, t, MAPPINGS, bits, nbins)
+    assert np.array_equal(out, ref)
+    assert (out[-5:-3] == -1).all() and (out[-3:-1] >= 0).all()   # 0/MISSING; kernel
+    assert out[-1] == -1                                           # unmapped user address
+    assert 0 < (out >= 0).mean() < 1
+
+
+def test_no_mapping_list_hashes_absolute_addresses():
+    rng = np.random.default_rng(5)
+    ips, t = random_ips(rng, 500)
+    out = np.empty(len(ips), np.int32)
+    CodeMap.from_mappings(None).bins(ips, t, 12, 1024, out)
+    assert np.array_equal(out, code_bins_reference(ips, t, None, 12, 1024))
+    assert (out[ips == 0] == -1).all() and (out[(ips != 0) & (ips != MISSING)] >= 0).all()
+
+
+def test_objects_and_times_decide_the_entry():
+    table = CodeMap.from_mappings(MAPPINGS)
+    ips = np.array([0x401000, 0x401000, 0x7F0000300010, 0x7F0000300010], np.uint64)
+    t = np.array([100, 600, 600, 800], np.int64)
+    out = np.empty(4, np.int32)
+    table.bins(ips, t, 12, 1 << 20, out)
+    assert out[0] != out[1]          # the exec'd program replaced the first one at t=500
+    assert out[2] == -1 and out[3] >= 0   # the late library applies from t=700
+    # the same file offset in the same object is the same entry, wherever it is mapped
+    moved = [{**m, "start": m["start"] + 0x10000, "end": m["end"] + 0x10000} for m in MAPPINGS[:2]]
+    a, b = np.empty(1, np.int32), np.empty(1, np.int32)
+    CodeMap.from_mappings(MAPPINGS[:2]).bins(np.array([0x7F0000001234], np.uint64),
+                                             np.zeros(1, np.int64), 12, 1024, a)
+    CodeMap.from_mappings(moved).bins(np.array([0x7F0000011234], np.uint64),
+                                      np.zeros(1, np.int64), 12, 1024, b)
+    assert a[0] == b[0]
+
+
+def test_distinct_regions_stay_apart():
+    """Sixty 4 KiB regions of one library: (almost) all in entries of their own,
+    where the 32-entry fold could hold at most 32."""
+    starts = 0x7F0000000000 + np.arange(60, dtype=np.uint64) * np.uint64(0x5000)
+    out = np.empty(60, np.int32)
+    CodeMap.from_mappings([{"start": 0x7F0000000000, "end": 0x7F0000200000, "offset": 0,
+                            "path": "/lib/x.so"}]).bins(starts, np.zeros(60, np.int64), 12, 1024, out)
+    assert len(set(out.tolist())) >= 57
+
+
+def test_live_mappings_of_a_real_process_are_recorded_and_replayed(tmp_path):
+    """ProcessMappings reads a real process's maps when IPs fall outside what it
+    knows, writes them beside the trace, and replay's metadata gets them back."""
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        meta = md.new(signals={"t_ns": "", "cpu": "", "tid": "", "ip": ""}, mappings=[])
+        pipeline = Pipeline.for_trace(meta, Params(detector=DetectorParams(detector="vpf-ip")))
+        trace = tmp_path / "t.arrow"
+        maps = ProcessMappings(proc.pid, pipeline, record=str(trace))
+        libc = next(line for line in open(f"/proc/{proc.pid}/maps")
+                    if "x" in line.split()[1] and "libc" in line)
+        ip = int(libc.split("-")[0], 16) + 0x40
+        batch = SampleBatch({"t_ns": np.array([1000, 2000], np.int64),
+                             "cpu": np.zeros(2, np.int32), "tid": np.full(2, proc.pid, np.int32),
+                             "ip": np.array([ip, ip], np.uint64)})
+        assert pipeline.code_map.unknown(batch["ip"], batch["t_ns"]).all()
+        maps.before_feed(batch)
+        assert not pipeline.code_map.unknown(batch["ip"], batch["t_ns"]).any()
+        maps.before_feed(batch)          # nothing new: no second read
+        assert maps.rereads == 1
+        maps.close()
+    finally:
+        proc.kill()
+        proc.wait()
+    rows = read_side_table(str(trace))
+    assert any("libc" in r["path"] for r in rows) and all(r["t_ns"] == 1000 for r in rows)
+    assert with_side_table({"mappings": []}, str(trace))["mappings"] == rows
+    assert with_side_table({"a": 1}, str(tmp_path / "none.arrow")) == {"a": 1}
+    (tmp_path / "t.arrow.mappings.jsonl").write_text(json.dumps(rows[0]) + "\n{\"start\": 1")
+    assert read_side_table(str(trace)) == rows[:1]      # a line cut short is left out
+
+
+def test_maps_read_right_after_exec_apply_from_the_start(tmp_path):
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        meta = md.new(signals={"t_ns": "", "cpu": "", "tid": "", "ip": ""}, mappings=[])
+        pipeline = Pipeline.for_trace(meta, Params(detector=DetectorParams(detector="vpf-ip")))
+        maps = ProcessMappings(proc.pid, pipeline, record=str(tmp_path / "t.arrow"),
+                               just_execd=True)
+        maps.close()
+        exe = next(r for r in maps.rows if r["path"].endswith("/sleep"))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert all("t_ns" not in r for r in maps.rows)
+    ip = np.array([exe["start"]], np.uint64)
+    assert not pipeline.code_map.unknown(ip, np.array([-(2 ** 62)], np.int64)).any()
+    assert read_side_table(str(tmp_path / "t.arrow")) == maps.rows
