@@ -265,7 +265,7 @@ def print_table(results: list[dict]) -> None:
             print(f"| {r['name']} | | CPI model known for {100 * r['cpi_known']:.0f} % of the "
                   f"intervals (callgrind unfinished) | | | | |")
         if "live" in r:
-            print(f"| {r['name']} | {r['live'][1]} (100 ms) | live `run --detector vpf-ip` | "
+            print(f"| {r['name']} | {r['live'][1]} live | live `run --detector vpf-ip`, own intervals | "
                   f"{r['live'][0]} | - | - | - |")
 
 
