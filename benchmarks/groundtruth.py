@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from groundtruth_build import build, paths  # noqa: E402
 from groundtruth_workloads import WORKLOADS, available  # noqa: E402
 
-from phasewatch import metadata as md  # noqa: E402
+from phasewatch import detectors, metadata as md  # noqa: E402
 from phasewatch.batch import SampleBatch  # noqa: E402
 from phasewatch.bbvdetect import BbvDetector  # noqa: E402
 from phasewatch.bbvfile import looks_like_bb, read_bb, read_pc  # noqa: E402
@@ -233,6 +233,9 @@ def evaluate(w, workdir: str, live: bool, run_valgrind: bool = True) -> dict:
     write_ip_trace(trace, counts, read_pc(p["pc"]), cpi, mappings, exe)
     vpf_ip = replay_phases(trace, os.path.join(p["dir"], "vpf-ip.jsonl"), "vpf-ip")
     rows["phasewatch vpf-ip (IP trace replay)"] = score(truth, vpf_ip[:n], cpi)
+    if "vpf-ip-fold" in detectors.NAMES:
+        fold = replay_phases(trace, os.path.join(p["dir"], "vpf-ip-fold.jsonl"), "vpf-ip-fold")
+        rows["phasewatch vpf-ip-fold (thesis's fold of .text)"] = score(truth, fold[:n], cpi)
     rows["baseline: one phase"] = score(truth, np.zeros(n, np.int64), cpi)
     rows[f"baseline: {sp.k} fixed chunks"] = score(truth, chunks(n, sp.k), cpi)
     result = {"name": w.name, "what": w.what, "intervals": n, "rows": rows, "thread": thread,
@@ -248,7 +251,7 @@ def tree_description() -> str:
     here = os.path.dirname(os.path.abspath(__file__))
     git = lambda *a: subprocess.run(["git", "-C", here, *a], capture_output=True,  # noqa: E731
                                     text=True).stdout.strip()
-    dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--", "../agent") else ""
+    dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--", "../agent", ".") else ""
     return f"{git('rev-parse', '--short', 'HEAD')} on {git('rev-parse', '--abbrev-ref', 'HEAD')}{dirty}"
 
 
