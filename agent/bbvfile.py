@@ -108,3 +108,29 @@ def read_pc(path: str) -> dict[int, tuple[int, str]]:
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror}") from None
     return blocks
+
+
+def read_symtab_mappings(log_path: str) -> list[dict]:
+    """Executable mappings of the program valgrind ran, from its
+    ``--trace-symtab=yes`` log: ``{"start", "end", "offset", "path"}`` per
+    object (valgrind's own are left out), in the addresses of the
+    ``--pc-out-file``, as a trace's ``mappings`` metadata."""
+    out, name = [], None
+    try:
+        f = open(log_path, errors="replace")
+    except OSError as exc:
+        raise UserError(f"cannot read {log_path}: {exc.strerror}") from None
+    with f:
+        for line in f:
+            if line.startswith("------ name = "):
+                name = line[len("------ name = "):].strip()
+            elif line.startswith("rx_map:") and name:
+                m = re.match(r"rx_map:\s+avma (0x[0-9a-f]+)\s+size (\d+)\s+foff (\d+)", line)
+                if m and "/valgrind/" not in name:
+                    start = int(m[1], 16)
+                    entry = {"start": start, "end": start + int(m[2]), "offset": int(m[3]),
+                             "path": name}
+                    if entry not in out:
+                        out.append(entry)
+                name = None
+    return out

@@ -53,7 +53,7 @@ from groundtruth_workloads import WORKLOADS, available  # noqa: E402
 from phasewatch import detectors, metadata as md  # noqa: E402
 from phasewatch.batch import SampleBatch  # noqa: E402
 from phasewatch.bbvdetect import BbvDetector  # noqa: E402
-from phasewatch.bbvfile import looks_like_bb, read_bb, read_pc  # noqa: E402
+from phasewatch.bbvfile import looks_like_bb, read_bb, read_pc, read_symtab_mappings  # noqa: E402
 from phasewatch.cmd_eval import cpi_cov_quality  # noqa: E402
 from phasewatch.params import DetectorParams, IntervalParams  # noqa: E402
 from phasewatch.simpoint import simpoint  # noqa: E402
@@ -64,25 +64,6 @@ SAMPLES_PER_INTERVAL = 100
 PHASEWATCH = os.path.join(os.path.dirname(sys.executable), "phasewatch")
 #: CPI model weights: cycles per event on top of one per instruction.
 L1_MISS, LL_MISS, MISPREDICT = 10, 100, 15
-
-
-def mappings_from_log(log_path: str) -> list[dict]:
-    """Executable mappings of the client, from valgrind --trace-symtab=yes."""
-    out, name = [], None
-    with open(log_path, errors="replace") as f:
-        for line in f:
-            if line.startswith("------ name = "):
-                name = line[len("------ name = "):].strip()
-            elif line.startswith("rx_map:") and name:
-                m = re.match(r"rx_map:\s+avma (0x[0-9a-f]+)\s+size (\d+)\s+foff (\d+)", line)
-                if m and "/valgrind/" not in name:
-                    start = int(m[1], 16)
-                    entry = {"start": start, "end": start + int(m[2]), "offset": int(m[3]),
-                             "path": name}
-                    if entry not in out:
-                        out.append(entry)
-                name = None
-    return out
 
 
 def callgrind_cpi(cg_prefix: str, instructions: np.ndarray, thread: int | None = None) -> np.ndarray:
@@ -225,7 +206,7 @@ def evaluate(w, workdir: str, live: bool, run_valgrind: bool = True) -> dict:
     rows = {"SimPoint method (k-means + BIC)": score(truth, truth, cpi)}
     bbv = BbvDetector(DetectorParams(detector="bbv"))
     rows["phasewatch bbv (.bb replay)"] = score(truth, bbv.feed(counts, instr)[0], cpi)
-    mappings = mappings_from_log(p["vglog"])
+    mappings = read_symtab_mappings(p["vglog"])
     exe = os.path.realpath(w.argv[0] if os.path.isabs(w.argv[0])
                            else subprocess.run(["which", w.argv[0]], capture_output=True,
                                                text=True).stdout.strip())

@@ -15,7 +15,7 @@ import pytest
 import scipy.sparse as sp
 
 from phasewatch.bbvdetect import BbvDetector, project_matrix, project_reference
-from phasewatch.bbvfile import read_bb, read_pc
+from phasewatch.bbvfile import read_bb, read_pc, read_symtab_mappings
 from phasewatch.cli import main
 from phasewatch.params import DetectorParams
 from phasewatch.simpoint import choose_k, simpoint
@@ -56,7 +56,8 @@ def bzip2_bb(tmp_path_factory):
     (d / "input").write_bytes(text + rng.randbytes(128 * 1024))
     subprocess.run(["valgrind", "--tool=exp-bbv", "--interval-size=10000000",
                     f"--bb-out-file={d / 'bzip2.bb'}", f"--pc-out-file={d / 'bzip2.pc'}",
-                    "--log-file=/dev/null", "bzip2", "-9", "-c", str(d / "input")],
+                    "--trace-symtab=yes", f"--log-file={d / 'valgrind.log'}",
+                    "bzip2", "-9", "-c", str(d / "input")],
                    check=True, stdout=subprocess.DEVNULL)
     return d / "bzip2.bb"
 
@@ -75,6 +76,17 @@ def test_real_bb_replays_with_the_bbv_detector(bzip2_bb, tmp_path):
     # the block addresses name bzip2's code in libbz2
     names = {fn for _, fn in read_pc(bzip2_bb.with_suffix(".pc")).values()}
     assert any(n.startswith("BZ2_") for n in names)
+
+
+def test_block_addresses_fall_in_the_mappings_valgrind_reports(bzip2_bb):
+    maps = read_symtab_mappings(str(bzip2_bb.parent / "valgrind.log"))
+    lib = [m for m in maps if "libbz2" in m["path"]]
+    assert len(lib) == 1 and lib[0]["end"] > lib[0]["start"]
+    assert any(m["path"].endswith("/bzip2") for m in maps)
+    assert not any("/valgrind/" in m["path"] for m in maps)
+    blocks = read_pc(bzip2_bb.with_suffix(".pc")).values()
+    bz2 = [a for a, fn in blocks if fn.startswith("BZ2_")]
+    assert bz2 and all(lib[0]["start"] <= a < lib[0]["end"] for a in bz2)
 
 
 def test_bbv_kernels_match_their_numpy_reference(bzip2_bb):
