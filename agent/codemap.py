@@ -114,10 +114,17 @@ def _mix(x):
     return x
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _find(ip, t, starts, ends, reach, since, until):
     """Index of the mapping holding ``ip`` at time ``t``, or -1."""
-    j = np.searchsorted(starts, ip, side="right") - 1
+    lo, hi = 0, len(starts)          # first start > ip, by bisection
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if starts[mid] <= ip:
+            lo = mid + 1
+        else:
+            hi = mid
+    j = lo - 1
     while j >= 0 and reach[j] > ip:
         if ip < ends[j] and since[j] <= t < until[j]:
             return j

@@ -57,10 +57,16 @@ def read_side_table(trace_path: str) -> list[dict] | None:
     return rows
 
 
-def with_side_table(meta: dict, trace_path: str) -> dict:
-    """Trace metadata with the side table's mappings appended to its own."""
+def with_side_table(meta: dict, trace_path: str, warn=lambda msg: None) -> dict:
+    """Trace metadata with the side table's mappings appended to its own.  A
+    recording whose mappings were all in a side table that is now missing is
+    taken as one address space, with a warning."""
     extra = read_side_table(trace_path)
     if extra is None:
+        if meta.get("mappings") == []:
+            warn(f"{side_table_path(trace_path)} is missing: IPs are hashed by address, "
+                 "so phases may differ from the live run (keep it beside the trace)")
+            return {k: v for k, v in meta.items() if k != "mappings"}
         return meta
     return {**meta, "mappings": list(meta.get("mappings") or []) + extra}
 

@@ -26,7 +26,7 @@ def open_trace(path: str, base_mhz: float | None = None, warn=None):
         else:
             source = None
         if source is not None:
-            source.metadata = with_side_table(source.metadata, path)
+            source.metadata = with_side_table(source.metadata, path, warn or (lambda msg: None))
             return source
     except PermissionError:
         raise UserError(f"{path}: permission denied") from None

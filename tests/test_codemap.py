@@ -115,6 +115,10 @@ def test_live_mappings_of_a_real_process_are_recorded_and_replayed(tmp_path):
     assert any("libc" in r["path"] for r in rows) and all(r["t_ns"] == 1000 for r in rows)
     assert with_side_table({"mappings": []}, str(trace))["mappings"] == rows
     assert with_side_table({"a": 1}, str(tmp_path / "none.arrow")) == {"a": 1}
+    said = []
+    assert with_side_table({"a": 1, "mappings": []}, str(tmp_path / "none.arrow"),
+                           said.append) == {"a": 1}
+    assert len(said) == 1 and "none.arrow.mappings.jsonl" in said[0]
     (tmp_path / "t.arrow.mappings.jsonl").write_text(json.dumps(rows[0]) + "\n{\"start\": 1")
     assert read_side_table(str(trace)) == rows[:1]      # a line cut short is left out
 
