@@ -34,7 +34,7 @@ WORKLOADS = (
                      "matrix multiply and a sieve",
              ("perl", "{input}")),
     Workload("xz-T2", "xz -T2 -6 on the mixed file (two compressing threads)",
-             ("xz", "-T2", "-6", "--block-size=1MiB", "-c", "{input}"), threads=2, scale=0.6),
+             ("xz", "-T2", "-6", "--block-size=1MiB", "-c", "{input}"), threads=2, scale=2.0),
 )
 
 
