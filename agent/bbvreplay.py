@@ -13,7 +13,7 @@ from .bbvfile import read_bb
 from .errors import UserError
 from .pipeline import Intervals
 
-#: Intervals classified at a time, so that memory stays bounded for long files.
+#: Intervals projected and classified at a time (the whole file is read first).
 CHUNK = 4096
 
 
