@@ -18,6 +18,8 @@ COMMANDS = {
     "convert": ("cmd_convert", "convert a raw CSV to the trace format"),
     "probe": ("cmd_probe", "tell which signals this host offers, and why not"),
     "report": ("cmd_report", "draw the phases of a run: an HTML page and a PNG"),
+    "eval": ("cmd_eval", "compare two phase labellings (results, labels, SimPoint labels)"),
+    "export": ("cmd_export", "write phases in another tool's format (SimPoint)"),
 }
 
 

@@ -6,7 +6,7 @@ import json
 import sys
 from dataclasses import replace
 
-from . import detectors, metadata as md
+from . import bbvfile, bbvreplay, detectors, metadata as md
 from .errors import UserError
 from .metadata import (MAX_BASE_MHZ, MAX_INTERVAL_INSTRUCTIONS, MAX_INTERVAL_NS,
                        MIN_INTERVAL_NS)
@@ -23,7 +23,8 @@ def add_detector_arguments(parser, output: bool = True) -> None:
     parser.add_argument("--detector", choices=detectors.NAMES, default="vpf",
                         help="vpf: voltage and productive frequency (the thesis); "
                              "vpf-ip: also the code signature over all executable mappings; "
-                             "vpf-ip-fold: the thesis's 32-entry IP fold over .text instead")
+                             "vpf-ip-fold: the thesis's 32-entry IP fold over .text instead; "
+                             "bbv: basic-block vectors (SimPoint .bb files, chosen for them)")
     parser.add_argument("--threshold", type=number(float, 0.0, 1.0, low_open=True),
                         default=DEFAULT_THRESHOLD, metavar="X",
                         help="distance in (0, 1] under which an interval joins a phase "
@@ -107,6 +108,8 @@ def warn(msg: str) -> None:
 def run(args) -> int:
     check_outputs([args.output], inputs=[args.trace, args.labels])
     labels = read_labels(args.labels) if args.labels else None
+    if bbvfile.looks_like_bb(args.trace):
+        return replay_bb(args, labels)
     source = open_trace(args.trace, base_mhz=args.base_mhz, warn=warn)
     meta = source.metadata
     signals = tuple(meta.get("signals") or source.signals)
@@ -136,6 +139,31 @@ def run(args) -> int:
     if out:
         out.close()
     report(args, summary, pipeline, labels)
+    if out and out.failure:
+        raise UserError(out.failure)
+    return 0
+
+
+def replay_bb(args, labels) -> int:
+    bbvreplay.check_detector(args.detector)
+    params = replace(detector_params(args), detector="bbv")
+    summary = PhaseSummary(keep_phases=labels is not None)
+    sinks = [summary]
+    out = open_output(args.output, inputs=[args.trace, args.labels]) if args.output else None
+    if out:
+        sinks.append(JsonLinesSink(out.stream))
+    try:
+        parts, detector = bbvreplay.classify_bb(args.trace, params)
+        for iv in parts:
+            for sink in sinks:
+                sink.write(iv)
+    except BaseException:
+        if out:
+            out.discard()
+        raise
+    if out:
+        out.close()
+    report(args, summary, bbvreplay.BbvReport(detector, params), labels)
     if out and out.failure:
         raise UserError(out.failure)
     return 0

@@ -26,6 +26,11 @@
 The IP segment is compared after allowing for sampling noise
 (``histograms.segment_distance``).
 
+``bbv``
+    Basic-block vectors from SimPoint ``.bb`` files (valgrind exp-bbv), hashed
+    to a fixed length and classified by the same leader-follower (see
+    bbvdetect.py).  It reads ``.bb`` files only, not sample traces.
+
 Segments an interval has no samples for are left out of the maximum, on either
 side; if no segment is left, the distance is 1.
 """
@@ -44,7 +49,7 @@ USED_SEGMENTS = {
 }
 #: The IP signature each detector's profiles carry.
 IP_SIGNATURE = {"vpf": "regions", "vpf-ip": "regions", "vpf-ip-fold": "fold"}
-NAMES = tuple(USED_SEGMENTS)
+NAMES = tuple(USED_SEGMENTS) + ("bbv",)
 
 #: Raw signals each segment is computed from.
 SEGMENT_SIGNALS = {
@@ -68,6 +73,9 @@ def usable_segments(detector: str, signals) -> list[str]:
 
 def check_signals(detector: str, signals) -> list[str]:
     """Segments the detector can use with these signals; an error if none."""
+    if detector == "bbv":
+        raise UserError("detector bbv reads SimPoint .bb files (valgrind --tool=exp-bbv), "
+                        "not sample traces: use --detector vpf or vpf-ip")
     usable = usable_segments(detector, signals)
     if usable:
         return usable

@@ -71,7 +71,7 @@ class HistogramParams:
 
 @dataclass(frozen=True)
 class DetectorParams:
-    detector: str = "vpf"                # "vpf" or "vpf-ip"
+    detector: str = "vpf"                # "vpf", "vpf-ip" or "bbv"
     threshold: float = DEFAULT_THRESHOLD
     adaptive: bool = False
     # Adaptive threshold: mean + z * std of the distances of intervals that

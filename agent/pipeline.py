@@ -52,7 +52,8 @@ class Intervals:
     @property
     def cpi(self) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(self.instructions > 0, self.cycles / self.instructions, np.nan)
+            known = (self.instructions > 0) & (self.cycles > 0)   # 0 cycles: not counted
+            return np.where(known, self.cycles / self.instructions, np.nan)
 
 
 class Pipeline:

@@ -1,0 +1,285 @@
+"""Ground truth from real programs, with SimPoint's method beside phasewatch.
+
+    .venv/bin/python benchmarks/groundtruth.py [--workdir DIR] [--live] [NAME ...]
+
+For each workload (groundtruth_workloads.py: bzip2 on mixed input, cc1 -O2 on a
+generated C file, a perl script of two halves, xz with two threads):
+
+1. valgrind exp-bbv, 100M-instruction intervals: basic-block vectors and the
+   block addresses; valgrind's --trace-symtab log gives each object's
+   executable mapping.  callgrind with cache and branch simulation, dumped
+   every 2M blocks, gives the CPI model (below).  (groundtruth_build.py;
+   outputs kept in DIR and reused.)
+2. SimPoint's method (phasewatch.simpoint on scikit-learn: 15-d random
+   projection, k-means, BIC; no SimPoint binary is installed here) labels the
+   intervals: the reference labelling.
+3. phasewatch's bbv detector replays the .bb file online.
+4. An instruction-exact IP trace: for each interval, 100 IPs drawn from its
+   blocks in proportion to their instructions, with cumulative instruction
+   and cycle counts (cycles from the CPI model) so that replay cuts exactly
+   the intervals SimPoint labelled.  The executable mappings go in the trace
+   metadata ("mappings").  ``phasewatch replay --detector vpf-ip`` runs the
+   detector of this tree over it.
+5. Baselines: everything one phase; fixed chunks (as many consecutive equal
+   chunks as SimPoint found phases).
+6. With --live, the program also runs natively under
+   ``phasewatch run --detector vpf-ip`` (time-based intervals on a host
+   without a PMU: their count is not comparable, only the phases found).
+
+CPI model (no PMU here): cycles = Ir + 10 * (I1 misses + D1 misses)
++ 100 * (last-level misses) + 15 * (mispredicted branches), from callgrind's
+simulated caches (its defaults for this host) and branch predictor.
+Homogeneity is the thesis's: mean per-phase CoV of that CPI, a phase of one
+interval counting as the whole run's CoV (lower is better).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from groundtruth_build import build, paths  # noqa: E402
+from groundtruth_workloads import WORKLOADS, available  # noqa: E402
+
+from phasewatch import detectors, metadata as md  # noqa: E402
+from phasewatch.batch import SampleBatch  # noqa: E402
+from phasewatch.bbvdetect import BbvDetector  # noqa: E402
+from phasewatch.bbvfile import looks_like_bb, read_bb, read_pc, read_symtab_mappings  # noqa: E402
+from phasewatch.cmd_eval import cpi_cov_quality  # noqa: E402
+from phasewatch.params import DetectorParams, IntervalParams  # noqa: E402
+from phasewatch.simpoint import simpoint  # noqa: E402
+from phasewatch.trace import TraceWriter  # noqa: E402
+
+INTERVAL = 100_000_000
+SAMPLES_PER_INTERVAL = 100
+PHASEWATCH = os.path.join(os.path.dirname(sys.executable), "phasewatch")
+#: CPI model weights: cycles per event on top of one per instruction.
+L1_MISS, LL_MISS, MISPREDICT = 10, 100, 15
+
+
+def callgrind_cpi(cg_prefix: str, instructions: np.ndarray, thread: int | None = None) -> np.ndarray:
+    """Per-interval CPI of the model, pieced from the callgrind dumps: each
+    dump's cycles are spread evenly over its instructions.  While callgrind
+    has not finished, intervals past its last dump are NaN (left out of the
+    homogeneity figures)."""
+    parts = []
+    for path in glob.glob(cg_prefix + "*"):
+        if path.endswith(".done"):
+            continue
+        # --separate-threads=yes: one file per thread, named ...-NN
+        m = re.search(r"-(\d+)$", path)
+        if thread is not None and (m is None or int(m[1]) != thread):
+            continue
+        part, events, totals = None, None, None
+        with open(path, errors="replace") as f:
+            for line in f:
+                if line.startswith("part:"):
+                    part = int(line.split()[1])
+                elif line.startswith("events:"):
+                    events = line.split()[1:]
+                elif line.startswith("totals:") or line.startswith("summary:"):
+                    totals = [int(x) for x in line.split()[1:]]
+        if events is None or totals is None:
+            continue
+        v = dict(zip(events, totals + [0] * (len(events) - len(totals))))
+        cycles = (v["Ir"] + L1_MISS * (v["I1mr"] + v["D1mr"] + v["D1mw"])
+                  + LL_MISS * (v["ILmr"] + v["DLmr"] + v["DLmw"]) + MISPREDICT * (v["Bcm"] + v["Bim"]))
+        parts.append((part or 0, v["Ir"], cycles))
+    parts.sort()
+    ir = np.array([p[1] for p in parts], np.float64)
+    cyc = np.array([p[2] for p in parts], np.float64)
+    # cumulative cycles as a function of cumulative instructions, scaled to exp-bbv's count
+    edges_ir = np.concatenate([[0.0], np.cumsum(ir)])
+    edges_cyc = np.concatenate([[0.0], np.cumsum(cyc)])
+    bounds = np.concatenate([[0], np.cumsum(instructions)]).astype(np.float64)
+    if not parts:
+        return np.full(len(instructions), np.nan)
+    complete = os.path.exists(cg_prefix + ".done")
+    if complete:
+        bounds *= edges_ir[-1] / bounds[-1]
+    at = np.interp(bounds, edges_ir, edges_cyc)
+    cpi = np.diff(at) / np.diff(bounds)
+    cpi[bounds[1:] > edges_ir[-1] * (1 + 1e-9)] = np.nan
+    return cpi
+
+
+def write_ip_trace(path: str, counts, pcs: dict, cpi: np.ndarray, mappings: list[dict],
+                   main_exe: str, seed: int = 0) -> None:
+    """IPs drawn from each interval's blocks; counters cumulative, so each
+    interval ends exactly at its last sample."""
+    rng = np.random.default_rng(seed)
+    n = counts.shape[0]
+    cpi = np.where(np.isnan(cpi), np.nanmean(cpi) if (~np.isnan(cpi)).any() else 1.0, cpi)
+    addr = np.zeros(counts.shape[1], np.uint64)
+    for bid, (a, _) in pcs.items():
+        if bid < len(addr):
+            addr[bid] = a
+    # a first sample at zero, from which the decoder takes its first deltas
+    ips, instr, cyc = [addr[counts.getrow(0).indices[:1]]], [np.zeros(1)], [np.zeros(1)]
+    done_i, done_c = 0, 0.0
+    for i in range(n):
+        row = counts.getrow(i)
+        p = row.data / row.data.sum()
+        ips.append(addr[rng.choice(row.indices, SAMPLES_PER_INTERVAL, p=p)])
+        step = np.arange(1, SAMPLES_PER_INTERVAL + 1) * (INTERVAL // SAMPLES_PER_INTERVAL)
+        instr.append(done_i + step)
+        cyc.append(done_c + step * cpi[i])
+        done_i += INTERVAL
+        done_c += INTERVAL * cpi[i]
+    ip = np.concatenate(ips)
+    m = len(ip)
+    instructions = np.concatenate(instr).astype(np.uint64)
+    cycles = np.concatenate(cyc).astype(np.uint64)
+    t_ns = (cycles.astype(np.float64) / 3.0).astype(np.int64)      # a nominal 3 GHz clock
+    text = next(([m_["start"], m_["end"]] for m_ in mappings if m_["path"] == main_exe), None)
+    signals = ("t_ns", "cpu", "tid", "ip", "instructions", "cycles")
+    meta = md.new(base_freq_mhz=3000.0, signals={s: "valgrind" for s in signals},
+                  interval=IntervalParams(instructions=INTERVAL), text_range=text,
+                  mappings=mappings, counter_scope="thread",
+                  source="valgrind exp-bbv blocks, IPs drawn by benchmarks/groundtruth.py")
+    meta["histograms"]["text_range"] = text
+    with TraceWriter(path, meta, signals) as w:
+        w.write(SampleBatch({"t_ns": t_ns, "cpu": np.zeros(m, np.int32),
+                             "tid": np.ones(m, np.int32), "ip": ip,
+                             "instructions": instructions, "cycles": cycles}))
+
+
+def replay_phases(trace: str, out: str, detector: str) -> np.ndarray:
+    subprocess.run([PHASEWATCH, "replay", trace, "--detector", detector, "--output", out],
+                   check=True, stdout=subprocess.DEVNULL)
+    with open(out) as f:
+        return np.array([json.loads(l)["phase"] for l in f], np.int64)
+
+
+def live_phases(argv: list[str], out: str) -> tuple[int, int]:
+    subprocess.run([PHASEWATCH, "run", "--detector", "vpf-ip", "--output", out, "--"] + argv,
+                   check=True, stdout=subprocess.DEVNULL)
+    with open(out) as f:
+        phases = [json.loads(l)["phase"] for l in f]
+    return len(set(phases)), len(phases)
+
+
+def busiest_thread(bb_path: str):
+    """exp-bbv writes thread 1 to the file named and thread N to FILE.N: the
+    thread that ran the most intervals, and its number."""
+    files = {1: bb_path}
+    for f in glob.glob(bb_path + ".*"):
+        if f.rsplit(".", 1)[1].isdigit():
+            files[int(f.rsplit(".", 1)[1])] = f
+    loaded = {t: read_bb(f) for t, f in files.items() if looks_like_bb(f)}
+    thread = max(loaded, key=lambda t: len(loaded[t]))
+    return loaded[thread], thread
+
+
+def chunks(n: int, k: int) -> np.ndarray:
+    return (np.arange(n) * k // n).astype(np.int64)
+
+
+def score(truth: np.ndarray, labels: np.ndarray, cpi: np.ndarray) -> dict:
+    return {"phases": int(len(np.unique(labels))),
+            "ari": float(adjusted_rand_score(truth, labels)),
+            "nmi": float(normalized_mutual_info_score(truth, labels)),
+            "cpi_cov": cpi_cov_quality(labels, cpi)}
+
+
+def evaluate(w, workdir: str, live: bool, run_valgrind: bool = True) -> dict:
+    p = build(w, workdir, INTERVAL) if run_valgrind else paths(workdir, w)
+    bb, thread = busiest_thread(p["bb"])
+    # exp-bbv's last interval is the remainder: leave it out, as replay does
+    counts = bb.counts[:-1] if bb.instructions[-1] < INTERVAL else bb.counts
+    instr = np.asarray(counts.sum(axis=1)).ravel()
+    n = counts.shape[0]
+    cpi = callgrind_cpi(p["cg"], np.asarray(bb.counts.sum(axis=1)).ravel(),
+                        thread if w.threads > 1 else None)[:n]
+    cpi_known = float(np.mean(~np.isnan(cpi)))
+    sp = simpoint(counts)
+    truth = sp.labels
+    rows = {"SimPoint method (k-means + BIC)": score(truth, truth, cpi)}
+    bbv = BbvDetector(DetectorParams(detector="bbv"))
+    rows["phasewatch bbv (.bb replay)"] = score(truth, bbv.feed(counts, instr)[0], cpi)
+    mappings = read_symtab_mappings(p["vglog"])
+    exe = os.path.realpath(w.argv[0] if os.path.isabs(w.argv[0])
+                           else subprocess.run(["which", w.argv[0]], capture_output=True,
+                                               text=True).stdout.strip())
+    trace = os.path.join(p["dir"], "ips.arrow")
+    write_ip_trace(trace, counts, read_pc(p["pc"]), cpi, mappings, exe)
+    vpf_ip = replay_phases(trace, os.path.join(p["dir"], "vpf-ip.jsonl"), "vpf-ip")
+    rows["phasewatch vpf-ip (IP trace replay)"] = score(truth, vpf_ip[:n], cpi)
+    if "vpf-ip-fold" in detectors.NAMES:
+        fold = replay_phases(trace, os.path.join(p["dir"], "vpf-ip-fold.jsonl"), "vpf-ip-fold")
+        rows["phasewatch vpf-ip-fold (thesis's fold of .text)"] = score(truth, fold[:n], cpi)
+    rows["baseline: one phase"] = score(truth, np.zeros(n, np.int64), cpi)
+    rows[f"baseline: {sp.k} fixed chunks"] = score(truth, chunks(n, sp.k), cpi)
+    result = {"name": w.name, "what": w.what, "intervals": n, "rows": rows, "thread": thread,
+              "cpi_known": cpi_known,
+              "mappings": len(mappings), "vpf_ip_intervals": int(len(vpf_ip))}
+    if live:
+        argv = [a.format(input=p["input"], out=p["out"]) for a in w.argv]
+        result["live"] = live_phases(argv, os.path.join(p["dir"], "live.jsonl"))
+    return result
+
+
+def tree_description() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    git = lambda *a: subprocess.run(["git", "-C", here, *a], capture_output=True,  # noqa: E731
+                                    text=True).stdout.strip()
+    dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--", "../agent", ".") else ""
+    return f"{git('rev-parse', '--short', 'HEAD')} on {git('rev-parse', '--abbrev-ref', 'HEAD')}{dirty}"
+
+
+def print_table(results: list[dict]) -> None:
+    print(f"tree: {tree_description()}")
+    print("| program | intervals | labelling | phases | ARI | NMI | CoV of CPI |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        for label, s in r["rows"].items():
+            name = r["name"] + (f" (thread {r['thread']})" if r.get("thread", 1) != 1 else "")
+            print(f"| {name} | {r['intervals']} | {label} | {s['phases']} | "
+                  f"{s['ari']:.3f} | {s['nmi']:.3f} | {s['cpi_cov']:.4f} |")
+        if r["cpi_known"] < 1:
+            print(f"| {r['name']} | | CPI model known for {100 * r['cpi_known']:.0f} % of the "
+                  f"intervals (callgrind unfinished) | | | | |")
+        if "live" in r:
+            print(f"| {r['name']} | {r['live'][1]} live | live `run --detector vpf-ip`, own intervals | "
+                  f"{r['live'][0]} | - | - | - |")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("names", nargs="*", help="workloads (default: all)")
+    ap.add_argument("--workdir", default="/tmp/phasewatch-groundtruth")
+    ap.add_argument("--live", action="store_true", help="also run each under phasewatch run")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    ap.add_argument("--no-valgrind", action="store_true",
+                    help="use the valgrind outputs already in WORKDIR, run nothing new")
+    args = ap.parse_args()
+    results = []
+    for w in WORKLOADS:
+        if args.names and w.name not in args.names:
+            continue
+        why = available(w)
+        if why:
+            print(f"skipping {w.name}: {why}", file=sys.stderr)
+            continue
+        if args.no_valgrind and not os.path.exists(paths(args.workdir, w)["bb"]):
+            print(f"skipping {w.name}: no valgrind output in {args.workdir}", file=sys.stderr)
+            continue
+        results.append(evaluate(w, args.workdir, args.live, not args.no_valgrind))
+    print_table(results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"tree": tree_description(), "results": results}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

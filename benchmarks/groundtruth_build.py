@@ -1,0 +1,70 @@
+"""Run each ground-truth workload under valgrind: exp-bbv for basic-block
+vectors and block addresses, callgrind for the per-interval CPI model.
+
+Outputs go to WORKDIR/NAME/ and are kept: a rerun skips what is there.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from groundtruth_workloads import WORKLOADS, Workload, available, write_input
+
+#: callgrind dumps every this many basic blocks (~10M instructions): the CPI
+#: model of an interval is pieced together from the dumps it overlaps.
+DUMP_EVERY_BB = 2_000_000
+
+
+def paths(workdir: str, w: Workload) -> dict[str, str]:
+    d = os.path.join(workdir, w.name)
+    return {"dir": d, "input": os.path.join(d, "input"), "out": os.path.join(d, "out.s"),
+            "bb": os.path.join(d, "bbv.bb"), "pc": os.path.join(d, "bbv.pc"),
+            "vglog": os.path.join(d, "valgrind.log"), "cg": os.path.join(d, "callgrind.out")}
+
+
+def argv(w: Workload, p: dict[str, str]) -> list[str]:
+    return [a.format(input=p["input"], out=p["out"]) for a in w.argv]
+
+
+def build(w: Workload, workdir: str, interval: int, callgrind: bool = True) -> dict[str, str]:
+    p = paths(workdir, w)
+    os.makedirs(p["dir"], exist_ok=True)
+    if not os.path.exists(p["input"]):
+        write_input(w, p["input"], w.scale)
+    if not os.path.exists(p["bb"]):
+        run(["valgrind", "--tool=exp-bbv", f"--interval-size={interval}",
+             f"--bb-out-file={p['bb']}.tmp", f"--pc-out-file={p['pc']}",
+             "--trace-symtab=yes", f"--log-file={p['vglog']}"] + argv(w, p))
+        os.replace(p["bb"] + ".tmp", p["bb"])
+        for f in os.listdir(p["dir"]):          # one file per further thread
+            if f.startswith("bbv.bb.tmp."):
+                os.replace(os.path.join(p["dir"], f),
+                           os.path.join(p["dir"], f.replace(".tmp", "")))
+    done = p["cg"] + ".done"
+    if callgrind and not os.path.exists(done):
+        run(["valgrind", "--tool=callgrind", "--cache-sim=yes", "--branch-sim=yes",
+             f"--dump-every-bb={DUMP_EVERY_BB}", "--dump-instr=no", "--dump-line=no",
+             "--compress-strings=no", "--compress-pos=no", f"--callgrind-out-file={p['cg']}",
+             f"--log-file={p['vglog']}.callgrind"]
+            + (["--separate-threads=yes"] if w.threads > 1 else []) + argv(w, p))
+        open(done, "w").close()
+    return p
+
+
+def run(cmd: list[str]) -> None:
+    print("+", " ".join(cmd), file=sys.stderr, flush=True)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
+if __name__ == "__main__":
+    workdir = sys.argv[1]
+    names = sys.argv[2:] or [w.name for w in WORKLOADS]
+    for w in WORKLOADS:
+        if w.name in names:
+            why = available(w)
+            if why:
+                print(f"skipping {w.name}: {why}", file=sys.stderr)
+                continue
+            build(w, workdir, 100_000_000)
