@@ -10,7 +10,6 @@ from . import detectors, metadata as md
 from .errors import UserError
 from .params import DEFAULT_THRESHOLD, DetectorParams, IntervalParams, Params
 from .pipeline import Pipeline
-from .report import console, phase_table, summary_lines
 from .results import JsonLinesSink, PhaseSummary, adjusted_rand_index
 from .tracefiles import open_trace
 
@@ -132,6 +131,7 @@ def report(args, summary: PhaseSummary, pipeline: Pipeline, labels) -> None:
     if args.json:
         print(json.dumps(_finite(summary_dict(summary, pipeline, ari)), indent=2))
         return
+    from .report import console, phase_table, summary_lines  # rich: only for the table
     out = console()
     p = pipeline.params
     thr = f"{pipeline.threshold:.3f}" + (" (adaptive)" if p.detector.adaptive else "")

@@ -15,8 +15,11 @@ from .classify import ClassifierState, classify
 from .decode import PROFILE_COUNTERS, DecoderState, decode
 from .detectors import used_mask
 from .intervals import SEGMENT_KINDS, SEGMENTS, IntervalAccumulator, IntervalBlock, Layout
+from .kernels import skip_blas_probe
 from .metadata import cpu_model
 from .params import Params
+
+skip_blas_probe()
 
 KERNEL_ADDRESSES = np.uint64(0x8000_0000_0000_0000)
 #: Rows decoded and profiled at a time, so that the work arrays stay in cache.

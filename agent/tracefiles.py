@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-from .csvtrace import CsvReader, looks_like_csv
 from .errors import UserError
 from .trace import TraceReader, is_arrow
 
@@ -20,6 +19,7 @@ def open_trace(path: str, base_mhz: float | None = None, warn=None):
             raise UserError(f"{path}: empty file")
         if is_arrow(path):
             return TraceReader(path, warn=warn)
+        from .csvtrace import CsvReader, looks_like_csv  # pyarrow.csv: imported for CSV only
         if looks_like_csv(path):
             return CsvReader(path, base_mhz=base_mhz)
     except PermissionError:
