@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import replace
 
@@ -31,8 +32,12 @@ def add_detector_arguments(parser) -> None:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("trace", metavar="TRACE", help="a phasewatch trace or a raw CSV")
+    parser.add_argument("trace", metavar="TRACE", nargs="+",
+                        help="a phasewatch trace or a raw CSV; several, or a folder of them, "
+                             "replay in parallel, and --output then names a folder")
     add_detector_arguments(parser)
+    parser.add_argument("--jobs", type=int, metavar="N",
+                        help="traces replayed at once (default: one per usable CPU)")
     parser.add_argument("--labels", metavar="FILE",
                         help="ground-truth phase labels, one per interval, as a JSON list")
     parser.add_argument("--base-mhz", type=float, metavar="MHZ",
@@ -82,8 +87,32 @@ def warn(msg: str) -> None:
 
 
 def run(args) -> int:
+    traces = trace_paths(args.trace)
+    if len(traces) > 1:
+        from .replay_many import replay_many
+        return replay_many(args, traces)
+    return replay(args, traces[0], args.output)
+
+
+def trace_paths(given: list[str]) -> list[str]:
+    """The traces named, a folder standing for the files in it, in name order."""
+    paths = []
+    for path in given:
+        if os.path.isdir(path):
+            inside = sorted(os.path.join(path, name) for name in os.listdir(path)
+                            if not name.startswith(".") and os.path.isfile(os.path.join(path, name)))
+            if not inside:
+                raise UserError(f"{path}: a folder with no traces in it")
+            paths += inside
+        else:
+            paths.append(path)
+    return paths
+
+
+def replay(args, trace: str, output: str | None) -> int:
+    """Replay one trace, write its results to ``output`` and print its summary."""
     labels = read_labels(args.labels) if args.labels else None
-    source = open_trace(args.trace, base_mhz=args.base_mhz, warn=warn)
+    source = open_trace(trace, base_mhz=args.base_mhz, warn=warn)
     meta = source.metadata
     signals = tuple(meta.get("signals") or source.signals)
     detectors.check_signals(args.detector, signals)
@@ -92,7 +121,7 @@ def run(args) -> int:
     pipeline = Pipeline.for_trace(meta, params)
     summary = PhaseSummary(keep_phases=labels is not None)
     sinks = [summary]
-    out = open_output(args.output)
+    out = open_output(output)
     if out:
         sinks.append(JsonLinesSink(out))
     try:
@@ -107,7 +136,7 @@ def run(args) -> int:
         if out:
             out.close()
         source.close()
-    report(args, summary, pipeline, labels)
+    report(args, trace, summary, pipeline, labels)
     return 0
 
 
@@ -120,7 +149,7 @@ def open_output(path: str | None):
         raise UserError(f"cannot write {path}: {exc.strerror}") from None
 
 
-def report(args, summary: PhaseSummary, pipeline: Pipeline, labels) -> None:
+def report(args, trace: str, summary: PhaseSummary, pipeline: Pipeline, labels) -> None:
     ari = None
     if labels is not None:
         predicted = summary.phase_labels()
@@ -135,7 +164,7 @@ def report(args, summary: PhaseSummary, pipeline: Pipeline, labels) -> None:
     out = console()
     p = pipeline.params
     thr = f"{pipeline.threshold:.3f}" + (" (adaptive)" if p.detector.adaptive else "")
-    out.print(f"{args.trace}: {pipeline.samples:,} samples, {summary.n_intervals} intervals "
+    out.print(f"{trace}: {pipeline.samples:,} samples, {summary.n_intervals} intervals "
               f"{p.interval.describe()}, detector {p.detector.detector}, threshold {thr}")
     out.print(phase_table(summary))
     for line in summary_lines(summary, pipeline.dropped()):
