@@ -10,9 +10,6 @@ from dataclasses import replace
 from . import detectors, metadata as md
 from .errors import UserError
 from .params import DEFAULT_THRESHOLD, DetectorParams, IntervalParams, Params
-from .pipeline import Pipeline
-from .results import JsonLinesSink, PhaseSummary, adjusted_rand_index
-from .tracefiles import open_trace
 
 
 def add_detector_arguments(parser) -> None:
@@ -111,6 +108,9 @@ def trace_paths(given: list[str]) -> list[str]:
 
 def replay(args, trace: str, output: str | None) -> int:
     """Replay one trace, write its results to ``output`` and print its summary."""
+    from .pipeline import Pipeline
+    from .results import JsonLinesSink, PhaseSummary
+    from .tracefiles import open_trace
     labels = read_labels(args.labels) if args.labels else None
     source = open_trace(trace, base_mhz=args.base_mhz, warn=warn)
     meta = source.metadata
@@ -152,6 +152,7 @@ def open_output(path: str | None):
 def report(args, trace: str, summary: PhaseSummary, pipeline: Pipeline, labels) -> None:
     ari = None
     if labels is not None:
+        from .results import adjusted_rand_index
         predicted = summary.phase_labels()
         if len(labels) != len(predicted):
             raise UserError(f"{args.labels}: {len(labels)} labels, but the replay found "

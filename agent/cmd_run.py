@@ -21,9 +21,10 @@ import argparse
 import json
 import os
 import signal
+import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
-from rich.markup import escape
 
 from . import detectors, metadata as md
 from .batch import RAW_DTYPES, SampleBatch
@@ -33,15 +34,17 @@ from .cmd_replay import (_finite, add_detector_arguments, detector_params, inter
 from .collectors.cpuinfo import base_frequency_hz, read_cpuinfo
 from .collectors.perf_source import PerfSource
 from .errors import UserError
-from .live import LiveRun, SourceThread
+from .live import SourceThread
 from .params import HistogramParams, IntervalParams, Params
-from .phase_functions import PhaseFunctions
-from .pipeline import Pipeline
-from .report import console, phase_table, summary_lines
-from .results import JsonLinesSink, PhaseSummary
-from .status import StatusLine
-from .symbols import Symbolizer
-from .trace import TraceWriter
+
+# CMD execs as soon as its perf events are open; numba, the kernels, pyarrow,
+# rich and the ELF reader load after, on a thread and in watch(), while the
+# samples queue.
+if TYPE_CHECKING:
+    from .phase_functions import PhaseFunctions
+    from .pipeline import Pipeline
+    from .results import PhaseSummary
+    from .symbols import Symbolizer
 
 SAMPLE_RATE_HZ = 1000
 #: The agent wakes every this many samples per CPU ring (or every POLL_MS),
@@ -112,19 +115,28 @@ def watch(args, child: Child, source: PerfSource) -> int:
     signals = ("t_ns", "cpu", "tid", "ip") + tuple(source.counted)
     detector = choose_detector(args.detector, signals)
     interval = interval_params(args, IntervalParams(), signals, warn)
-    load_kernels(args, detector, interval, signals)
+    kernels = threading.Thread(target=load_kernels, args=(args, detector, interval, signals),
+                               name="phasewatch-kernels", daemon=True)
     out = open_output(args.output)
-    sinks, trace, feed = [PhaseSummary()], None, None
+    sinks, trace, feed = [], None, None
     try:
         with child.forward_signals() as forwarder:
+            kernels.start()
             child.release()
+            feed = SourceThread(source.batches()).start()
+            from .live import LiveRun
+            from .phase_functions import PhaseFunctions
+            from .results import JsonLinesSink, PhaseSummary
+            from .status import StatusLine
+            from .symbols import Symbolizer
+            from .trace import TraceWriter
+            sinks.append(PhaseSummary())
             symbolizer = Symbolizer.from_pid(child.pid)
             meta = run_metadata(child, source, signals, interval, program_text_range(symbolizer))
             pipeline = pipeline_for(meta, args, detector)
             functions = PhaseFunctions(symbolizer)
             sinks += [JsonLinesSink(out)] if out else []
             trace = TraceWriter(args.record, meta, signals) if args.record else None
-            feed = SourceThread(source.batches()).start()
             status = StatusLine(os.path.basename(child.argv[0]))
             live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
                            status=status, lost_samples=lambda: source.stats()["lost_samples"],
@@ -158,8 +170,8 @@ def watch(args, child: Child, source: PerfSource) -> int:
 
 
 def load_kernels(args, detector: str, interval: IntervalParams, signals) -> None:
-    """Run the pipeline over a few made-up rows, so that loading its compiled
-    kernels is start-up, before CMD runs, and not part of watching.  A larger
+    """Run the pipeline over a few made-up rows, on a thread while CMD starts,
+    so that the first real batch finds the kernels loaded.  A larger
     batch, then a smaller one (whose work arrays are views), then the partial
     interval: the call signatures a live run meets."""
     meta = md.new(signals={name: "" for name in signals}, interval=interval,
@@ -225,6 +237,7 @@ def run_metadata(child: Child, source: PerfSource, signals, interval: IntervalPa
 
 def pipeline_for(meta: dict, args, detector: str) -> Pipeline:
     """The pipeline replay builds from the same metadata and options."""
+    from .pipeline import Pipeline
     params = Params(interval=md.interval_params(meta), histograms=md.histogram_params(meta),
                     detector=detector_params(argparse.Namespace(**{**vars(args),
                                                                   "detector": detector})))
@@ -233,6 +246,7 @@ def pipeline_for(meta: dict, args, detector: str) -> Pipeline:
 
 def top_functions_cell(top: list[tuple[str, float]]) -> str:
     """``region_a 97%, region_b 2%``: the functions that round to at least 1 %."""
+    from rich.markup import escape
     shown = [f"{escape(name)} {100 * share:.0f}%" for name, share in top if share >= 0.005]
     return ", ".join(shown) or "-"
 
@@ -247,6 +261,7 @@ def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
             row["top_functions"] = [{"name": name, "share": share} for name, share in top]
         print(json.dumps(_finite(result), indent=2))
         return
+    from .report import console, phase_table, summary_lines
     out = console()
     if not out.is_terminal:
         out.width = max(out.width, PIPE_WIDTH)
