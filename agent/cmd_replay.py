@@ -33,8 +33,11 @@ def add_arguments(parser) -> None:
                         help="a phasewatch trace or a raw CSV; several, or a folder of them, "
                              "replay in parallel, and --output then names a folder")
     add_detector_arguments(parser)
+    parser.add_argument("--per-cpu", action="store_true",
+                        help="replay each CPU's samples as a stream of its own, in parallel; "
+                             "--output then names a folder")
     parser.add_argument("--jobs", type=int, metavar="N",
-                        help="traces replayed at once (default: one per usable CPU)")
+                        help="streams replayed at once (default: one per usable CPU)")
     parser.add_argument("--labels", metavar="FILE",
                         help="ground-truth phase labels, one per interval, as a JSON list")
     parser.add_argument("--base-mhz", type=float, metavar="MHZ",
@@ -85,7 +88,7 @@ def warn(msg: str) -> None:
 
 def run(args) -> int:
     traces = trace_paths(args.trace)
-    if len(traces) > 1:
+    if len(traces) > 1 or args.per_cpu:
         from .replay_many import replay_many
         return replay_many(args, traces)
     return replay(args, traces[0], args.output)
@@ -106,8 +109,9 @@ def trace_paths(given: list[str]) -> list[str]:
     return paths
 
 
-def replay(args, trace: str, output: str | None) -> int:
-    """Replay one trace, write its results to ``output`` and print its summary."""
+def replay(args, trace: str, output: str | None, cpu: int | None = None) -> int:
+    """Replay one trace (its samples of ``cpu`` only, if given), write its
+    results to ``output`` and print its summary."""
     from .pipeline import Pipeline
     from .results import JsonLinesSink, PhaseSummary
     from .tracefiles import open_trace
@@ -125,7 +129,7 @@ def replay(args, trace: str, output: str | None) -> int:
     if out:
         sinks.append(JsonLinesSink(out))
     try:
-        for batch in source.batches():
+        for batch in source.batches() if cpu is None else samples_of_cpu(source.batches(), cpu):
             intervals = pipeline.feed(batch)
             for sink in sinks:
                 sink.write(intervals)
@@ -136,8 +140,17 @@ def replay(args, trace: str, output: str | None) -> int:
         if out:
             out.close()
         source.close()
-    report(args, trace, summary, pipeline, labels)
+    report(args, trace if cpu is None else f"{trace} CPU {cpu}", summary, pipeline, labels)
     return 0
+
+
+def samples_of_cpu(batches, cpu: int):
+    """The rows of ``cpu``: one CPU's samples, an independent stream."""
+    from .batch import SampleBatch
+    for batch in batches:
+        rows = batch["cpu"] == cpu
+        if rows.any():
+            yield SampleBatch({name: column[rows] for name, column in batch.columns.items()})
 
 
 def open_output(path: str | None):
