@@ -10,7 +10,9 @@ user + sys, from wait4), the median of --repeat runs:
   (benchmarks/reference_replay.py); the same replay without --output; and the
   pipeline alone in this process, after start-up, for comparison;
 * scaling over cores: 2 × (usable CPUs) copies of the trace replayed as one
-  ``phasewatch replay`` with --jobs 1, then with one job per usable CPU;
+  ``phasewatch replay`` with --jobs 1, then with one job per usable CPU; and
+  a trace of 2 × (usable CPUs) CPUs, --samples in all, replayed --per-cpu
+  the same two ways;
 * start-up: ``phasewatch replay`` of a 200-interval trace, how long after
   ``phasewatch run`` starts its command execs, and ``phasewatch run -- /bin/true``;
 * ``phasewatch run`` of a fixed amount of work (a Python loop pinned to one
@@ -55,6 +57,25 @@ def make_trace(path: str, samples: int, interval: int) -> None:
         w.write(first)
         for b in batches:
             w.write(b)
+    os.replace(path + ".tmp", path)
+
+
+def make_multi_cpu_trace(path: str, samples: int, interval: int, cpus: int) -> None:
+    if os.path.exists(path):
+        return
+    import numpy as np
+    from phasewatch.batch import SampleBatch, concat
+    streams = []
+    for cpu in range(cpus):
+        schedule = synthetic.repeat_schedule(samples // cpus, interval)
+        one = concat(list(synthetic.generate(schedule, interval, seed=20 + cpu, tid=1000 + cpu)))
+        streams.append(SampleBatch({**one.columns, "cpu": np.full(len(one), cpu, np.int32)}))
+    both = concat(streams)
+    order = np.argsort(both["t_ns"], kind="stable")
+    with TraceWriter(path + ".tmp", synthetic.metadata(interval), both.signals) as w:
+        for a in range(0, len(order), 65536):
+            rows = order[a:a + 65536]
+            w.write(SampleBatch({n: c[rows] for n, c in both.columns.items()}))
     os.replace(path + ".tmp", path)
 
 
@@ -147,6 +168,12 @@ def main() -> int:
     scale = {jobs: median_of(args.repeat, [BIN, "replay", folder, "--jobs", str(jobs),
                                            "--output", os.path.join(args.workdir, "copies-out")])
              for jobs in sorted({1, len(usable)})}
+    multi = os.path.join(args.workdir, f"multi-{copies}cpu-{args.samples}-{args.interval}.arrow")
+    make_multi_cpu_trace(multi, args.samples, args.interval, copies)
+    per_cpu = {jobs: median_of(args.repeat, [BIN, "replay", multi, "--per-cpu", "--jobs", str(jobs),
+                                             "--output", os.path.join(args.workdir, "multi-out")])
+               for jobs in sorted({1, len(usable)})}
+    multi_samples = sum(len(b) for b in TraceReader(multi).batches())
 
     start = median_of(args.repeat, [BIN, "replay", small, "--json"], one)
     delay = statistics.median(exec_delay(None) for _ in range(args.repeat))
@@ -179,6 +206,10 @@ def main() -> int:
     for jobs, (wall, cpu) in scale.items():
         print(f"  {copies} traces, --jobs {jobs}: {wall:6.2f} s wall {cpu:6.2f} s CPU "
               f"{copies * samples / wall / 1e6:6.1f} M samples/s, speed-up {base / wall:.2f}x")
+    base = per_cpu[1][0]
+    for jobs, (wall, cpu) in per_cpu.items():
+        print(f"  one trace of {copies} CPUs --per-cpu, --jobs {jobs}: {wall:6.2f} s wall {cpu:6.2f} s CPU "
+              f"{multi_samples / wall / 1e6:6.1f} M samples/s, speed-up {base / wall:.2f}x")
     print(f"  start-up: replay of a 200-interval trace {start[0]:.2f} s wall {start[1]:.2f} s CPU")
     print(f"  start-up: phasewatch run's command execs after {delay:.3f} s")
     print(f"  phasewatch run -- /bin/true: {true[0]:.2f} s wall {true[1]:.2f} s CPU")
