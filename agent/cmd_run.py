@@ -54,6 +54,8 @@ SAMPLE_RATE_HZ = 1000
 #: second after their interval ends.
 WAKEUP_SAMPLES = 512
 POLL_MS = 1000
+#: How long CMD runs before the kernels load (they take a third of a second of CPU).
+WARM_UP_AFTER_S = 0.1
 TOP_FUNCTIONS = 3
 #: Width of the table when stdout is a file or pipe (a terminal's own width otherwise).
 PIPE_WIDTH = 120
@@ -115,7 +117,7 @@ def watch(args, child: Child, source: PerfSource) -> int:
     signals = ("t_ns", "cpu", "tid", "ip") + tuple(source.counted)
     detector = choose_detector(args.detector, signals)
     interval = interval_params(args, IntervalParams(), signals, warn)
-    kernels = threading.Thread(target=load_kernels, args=(args, detector, interval, signals),
+    kernels = threading.Thread(target=warm_up, args=(child, args, detector, interval, signals),
                                name="phasewatch-kernels", daemon=True)
     out = open_output(args.output)
     sinks, trace, feed = [], None, None
@@ -167,6 +169,13 @@ def watch(args, child: Child, source: PerfSource) -> int:
     }
     report(args, run_info, sinks[0], pipeline, functions)
     return exit_status
+
+
+def warm_up(child: Child, args, detector: str, interval: IntervalParams, signals) -> None:
+    """Load the kernels unless CMD ends within WARM_UP_AFTER_S: a command that
+    short ends before its first samples would reach the pipeline."""
+    if child.wait(timeout=WARM_UP_AFTER_S) is None:
+        load_kernels(args, detector, interval, signals)
 
 
 def load_kernels(args, detector: str, interval: IntervalParams, signals) -> None:
