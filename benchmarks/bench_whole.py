@@ -195,11 +195,12 @@ def main() -> int:
         ("replay --output, whole process, one core", replay, samples / replay[0] / 1e6),
         ("replay without --output, whole process, one core", no_out, samples / no_out[0] / 1e6),
         ("numpy reference with output, whole process, one core", ref, samples / ref[0] / 1e6),
-        ("pipeline alone, in process, after start-up, one core", (pipe_s, pipe_s),
+        ("pipeline alone, in process, after start-up, one core", (pipe_s, None),
          samples / pipe_s / 1e6),
     ]
     for name, (wall, cpu), rate in rows:
-        print(f"  {name:<58} {wall:7.2f} s wall {cpu:7.2f} s CPU {rate:7.1f} M samples/s")
+        cpu_text = f"{cpu:7.2f} s CPU" if cpu is not None else " " * 13
+        print(f"  {name:<58} {wall:7.2f} s wall {cpu_text} {rate:7.1f} M samples/s")
     print(f"  replay --output vs numpy reference: {ref[0] / replay[0]:.1f}x faster (wall), "
           f"{ref[1] / replay[1]:.1f}x (CPU)")
     base = scale[1][0]
