@@ -26,8 +26,8 @@ class JsonLinesSink:
 
     The lines are byte for byte what ``json.dumps`` gives for each interval's
     dict (distance rounded to 6 places, NaN as null), written by a compiled
-    kernel a batch of intervals at a time: about 0.1 µs an interval, against
-    12 µs for one ``json.dumps`` each."""
+    kernel a batch of intervals at a time: under a microsecond an interval,
+    against 12 µs for one ``json.dumps`` each."""
 
     def __init__(self, stream: IO[str]):
         self.stream = stream
@@ -69,14 +69,26 @@ _LINE_BYTES = len(_LITERALS) + 7 * 20 + 32 + 5
 def json_lines(iv: Intervals) -> memoryview:
     """The JSON Lines text (ASCII) of ``iv``'s intervals."""
     n = len(iv)
-    ints = np.stack([np.asarray(c, np.int64) for c in (
-        iv.index, iv.t_start_ns, iv.t_end_ns, iv.instructions, iv.cycles, iv.samples, iv.phase)])
+    columns = (iv.index, iv.t_start_ns, iv.t_end_ns, iv.instructions, iv.cycles, iv.samples,
+               iv.phase)
+    if any(c.dtype.kind == "u" and c.max() > np.iinfo(np.int64).max for c in columns):
+        return memoryview(_dumps_per_interval(iv).encode())
+    ints = np.stack([np.asarray(c, np.int64) for c in columns])
     micro, mode, given, given_offsets = _distance_codes(iv.distance)
     out = np.empty(n * _LINE_BYTES + len(given), np.uint8)
     size = _format_kernel(ints, micro, mode, given, given_offsets,
                           np.ascontiguousarray(iv.new_phase, np.bool_),
                           _LITERALS, _LITERAL_OFFSETS, out)
     return memoryview(out[:size])
+
+
+def _dumps_per_interval(iv: Intervals) -> str:
+    """The same text, one ``json.dumps`` per interval (for counts beyond int64)."""
+    dist = [None if math.isnan(d) else round(d, 6) for d in iv.distance.tolist()]
+    rows = zip(iv.index.tolist(), iv.t_start_ns.tolist(), iv.t_end_ns.tolist(),
+               iv.instructions.tolist(), iv.cycles.tolist(), iv.samples.tolist(),
+               dist, iv.phase.tolist(), iv.new_phase.tolist())
+    return "".join(json.dumps(dict(zip(JSON_KEYS, r))) + "\n" for r in rows)
 
 
 def _distance_codes(d: np.ndarray):

@@ -76,3 +76,10 @@ def test_partial_and_empty_intervals_write_nothing():
     iv.partial = True
     assert written(iv, binary=True) == ""
     assert written(intervals([], rng), binary=True) == ""
+
+
+def test_counts_beyond_int64_are_written_as_json_dumps_does():
+    rng = np.random.default_rng(4)
+    iv = intervals([0.5, math.nan], rng)
+    iv.instructions = np.array([2**64 - 1, 2**63], np.uint64)
+    assert written(iv, binary=True) == dumps_per_interval(iv)
