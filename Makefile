@@ -47,6 +47,7 @@ pytest: install
 test: pytest kmod-test
 
 bench: install
+	$(PY) benchmarks/bench_whole.py
 	$(PY) benchmarks/bench_replay.py
 	$(PY) benchmarks/bench_sampler.py
 	$(PY) benchmarks/bench_run.py

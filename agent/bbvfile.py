@@ -12,7 +12,6 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 from .errors import UserError
 
@@ -24,7 +23,7 @@ class BlockVectors:
     """Basic-block vectors as a sparse matrix: one row per interval, one column
     per block id (column 0 unused, as exp-bbv numbers blocks from 1)."""
 
-    counts: sp.csr_matrix
+    counts: "scipy.sparse.csr_matrix"
 
     def __len__(self) -> int:
         return self.counts.shape[0]
@@ -67,6 +66,7 @@ def read_bb(path: str) -> BlockVectors:
     if n == 0:
         raise UserError(f"{path}: no intervals (no 'T:' lines): is it valgrind exp-bbv output?")
     cols_all = np.concatenate(cols)
+    import scipy.sparse as sp  # only for .bb files: scipy is slow to import
     matrix = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), cols_all)),
                            shape=(n, int(cols_all.max()) + 1 if len(cols_all) else 1))
     matrix.sum_duplicates()

@@ -61,3 +61,7 @@ class BbvReport:
     @staticmethod
     def dropped() -> dict[str, int]:
         return {}
+
+    @staticmethod
+    def implausible() -> dict[str, int]:
+        return {}

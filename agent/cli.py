@@ -36,15 +36,19 @@ def one_line(message: str) -> str:
     return message.replace("\r", "\\r").replace("\n", "\\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; given ``argv``, only the subcommand it names gets its
+    options, so that only that subcommand's module is imported."""
+    chosen = next((a for a in argv if a in COMMANDS), None) if argv is not None else None
     parser = Parser(
         prog="phasewatch",
         description="Online program-phase detection from core voltage, frequency and IPs.")
     parser.add_argument("--version", action="version", version=f"phasewatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
-        mod = importlib.import_module(f".{module}", __package__)
-        mod.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        if chosen in (None, name):
+            importlib.import_module(f".{module}", __package__).add_arguments(command)
     return parser
 
 
@@ -55,8 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="surrogateescape")
     command = "phasewatch"
+    if argv is None:
+        argv = sys.argv[1:]
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv).parse_args(argv)
         command = f"phasewatch {args.command}"
         mod = importlib.import_module(f".{COMMANDS[args.command][0]}", __package__)
         status = mod.run(args)

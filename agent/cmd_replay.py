@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import replace
 
-from . import bbvfile, bbvreplay, detectors, metadata as md
+from . import bbvfile, detectors, metadata as md
 from .errors import UserError
 from .metadata import (MAX_BASE_MHZ, MAX_INTERVAL_INSTRUCTIONS, MAX_INTERVAL_NS,
                        MIN_INTERVAL_NS)
 from .options import number
 from .outputs import check_outputs, open_output
 from .params import DEFAULT_THRESHOLD, DetectorParams, IntervalParams, Params
-from .pipeline import Pipeline
-from .report import console, phase_table, summary_lines
-from .results import JsonLinesSink, PhaseSummary, adjusted_rand_index
-from .tracefiles import open_trace
 
 
 def add_detector_arguments(parser, output: bool = True) -> None:
@@ -47,8 +44,15 @@ def add_detector_arguments(parser, output: bool = True) -> None:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("trace", metavar="TRACE", help="a phasewatch trace or a raw CSV")
+    parser.add_argument("trace", metavar="TRACE", nargs="+",
+                        help="a phasewatch trace or a raw CSV; several, or a folder of them, "
+                             "replay in parallel, and --output then names a folder")
     add_detector_arguments(parser)
+    parser.add_argument("--per-cpu", action="store_true",
+                        help="replay each CPU's samples as a stream of its own, in parallel; "
+                             "--output then names a folder")
+    parser.add_argument("--jobs", type=int, metavar="N",
+                        help="streams replayed at once (default: one per usable CPU)")
     parser.add_argument("--labels", metavar="FILE",
                         help="ground-truth phase labels, one per interval, as a JSON list")
     parser.add_argument("--base-mhz", type=number(float, 0.0, MAX_BASE_MHZ, low_open=True),
@@ -106,11 +110,39 @@ def warn(msg: str) -> None:
 
 
 def run(args) -> int:
-    check_outputs([args.output], inputs=[args.trace, args.labels])
+    traces = trace_paths(args.trace)
+    if len(traces) > 1 or args.per_cpu:
+        from .replay_many import replay_many
+        return replay_many(args, traces)
+    return replay(args, traces[0], args.output)
+
+
+def trace_paths(given: list[str]) -> list[str]:
+    """The traces named, a folder standing for the files in it, in name order."""
+    paths = []
+    for path in given:
+        if os.path.isdir(path):
+            inside = sorted(os.path.join(path, name) for name in os.listdir(path)
+                            if not name.startswith(".") and os.path.isfile(os.path.join(path, name)))
+            if not inside:
+                raise UserError(f"{path}: a folder with no traces in it")
+            paths += inside
+        else:
+            paths.append(path)
+    return paths
+
+
+def replay(args, trace: str, output: str | None, cpu: int | None = None) -> int:
+    """Replay one trace (its samples of ``cpu`` only, if given), write its
+    results to ``output`` and print its summary."""
+    from .pipeline import Pipeline
+    from .results import JsonLinesSink, PhaseSummary
+    from .tracefiles import open_trace
+    check_outputs([output], inputs=[trace, args.labels])
     labels = read_labels(args.labels) if args.labels else None
-    if bbvfile.looks_like_bb(args.trace):
-        return replay_bb(args, labels)
-    source = open_trace(args.trace, base_mhz=args.base_mhz, warn=warn)
+    if bbvfile.looks_like_bb(trace):
+        return replay_bb(args, trace, output, labels)
+    source = open_trace(trace, base_mhz=args.base_mhz, warn=warn)
     meta = source.metadata
     signals = tuple(meta.get("signals") or source.signals)
     detectors.check_signals(args.detector, signals)
@@ -119,11 +151,11 @@ def run(args) -> int:
     pipeline = Pipeline.for_trace(meta, params)
     summary = PhaseSummary(keep_phases=labels is not None)
     sinks = [summary]
-    out = open_output(args.output, inputs=[args.trace, args.labels]) if args.output else None
+    out = open_output(output, inputs=[trace, args.labels]) if output else None
     if out:
         sinks.append(JsonLinesSink(out.stream))
     try:
-        for batch in source.batches():
+        for batch in source.batches() if cpu is None else samples_of_cpu(source.batches(), cpu):
             intervals = pipeline.feed(batch)
             for sink in sinks:
                 sink.write(intervals)
@@ -138,22 +170,34 @@ def run(args) -> int:
         source.close()
     if out:
         out.close()
-    report(args, summary, pipeline, labels)
+    report(args, trace if cpu is None else f"{trace} CPU {cpu}", summary, pipeline, labels)
     if out and out.failure:
         raise UserError(out.failure)
     return 0
 
 
-def replay_bb(args, labels) -> int:
+def samples_of_cpu(batches, cpu: int):
+    """The rows of ``cpu``: one CPU's samples, an independent stream."""
+    from .batch import SampleBatch
+    for batch in batches:
+        rows = batch["cpu"] == cpu
+        if rows.any():
+            yield SampleBatch({name: column[rows] for name, column in batch.columns.items()})
+
+
+def replay_bb(args, trace: str, output: str | None, labels) -> int:
+    """A SimPoint .bb file, classified by the bbv detector."""
+    from . import bbvreplay
+    from .results import JsonLinesSink, PhaseSummary
     bbvreplay.check_detector(args.detector)
     params = replace(detector_params(args), detector="bbv")
     summary = PhaseSummary(keep_phases=labels is not None)
     sinks = [summary]
-    out = open_output(args.output, inputs=[args.trace, args.labels]) if args.output else None
+    out = open_output(output, inputs=[trace, args.labels]) if output else None
     if out:
         sinks.append(JsonLinesSink(out.stream))
     try:
-        parts, detector = bbvreplay.classify_bb(args.trace, params)
+        parts, detector = bbvreplay.classify_bb(trace, params)
         for iv in parts:
             for sink in sinks:
                 sink.write(iv)
@@ -163,15 +207,16 @@ def replay_bb(args, labels) -> int:
         raise
     if out:
         out.close()
-    report(args, summary, bbvreplay.BbvReport(detector, params), labels)
+    report(args, trace, summary, bbvreplay.BbvReport(detector, params), labels)
     if out and out.failure:
         raise UserError(out.failure)
     return 0
 
 
-def report(args, summary: PhaseSummary, pipeline: Pipeline, labels) -> None:
+def report(args, trace: str, summary: PhaseSummary, pipeline: Pipeline, labels) -> None:
     ari = None
     if labels is not None:
+        from .results import adjusted_rand_index
         predicted = summary.phase_labels()
         if len(labels) != len(predicted):
             raise UserError(f"{args.labels}: {len(labels)} labels, but the replay found "
@@ -180,10 +225,11 @@ def report(args, summary: PhaseSummary, pipeline: Pipeline, labels) -> None:
     if args.json:
         print(json.dumps(_finite(summary_dict(summary, pipeline, ari)), indent=2))
         return
+    from .report import console, phase_table, summary_lines  # rich: only for the table
     out = console()
     p = pipeline.params
     thr = f"{pipeline.threshold:.3f}" + (" (adaptive)" if p.detector.adaptive else "")
-    out.print(f"{args.trace}: {pipeline.samples:,} samples, {summary.n_intervals} intervals "
+    out.print(f"{trace}: {pipeline.samples:,} samples, {summary.n_intervals} intervals "
               f"{p.interval.describe()}, detector {p.detector.detector}, threshold {thr}")
     out.print(phase_table(summary))
     for line in summary_lines(summary, pipeline.dropped(), pipeline.implausible()):

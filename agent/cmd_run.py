@@ -24,9 +24,10 @@ import argparse
 import json
 import os
 import signal
+import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
-from rich.markup import escape
 
 from . import detectors, metadata as md
 from .batch import ID_RANGES, RAW_DTYPES, SampleBatch
@@ -37,19 +38,20 @@ from .collectors import msr
 from .collectors.cpuinfo import base_frequency_hz, read_cpuinfo
 from .collectors.registry import CHOICES, open_source
 from .errors import UserError
-from .live import LiveRun, SourceThread
+from .live import SourceThread
 from .options import number
 from .outputs import check_outputs, open_output
 from .params import HistogramParams, IntervalParams, Params
-from .phase_functions import PhaseFunctions
-from .pipeline import Pipeline
-from .process_maps import ProcessMappings
-from .report import console, phase_table, summary_lines
-from .results import JsonLinesSink, PhaseSummary
-from .source import Source
-from .status import StatusLine
-from .symbols import Symbolizer
-from .trace import TraceWriter
+
+# CMD execs as soon as its perf events are open; numba, the kernels, pyarrow,
+# rich and the ELF reader load after, on a thread and in watch(), while the
+# samples queue.
+if TYPE_CHECKING:
+    from .phase_functions import PhaseFunctions
+    from .pipeline import Pipeline
+    from .results import PhaseSummary
+    from .source import Source
+    from .symbols import Symbolizer
 
 SAMPLE_RATE_HZ = 1000
 #: The agent wakes every this many samples per CPU ring (or every POLL_MS),
@@ -59,6 +61,8 @@ SAMPLE_RATE_HZ = 1000
 #: second after their interval ends.
 WAKEUP_SAMPLES = 512
 POLL_MS = 1000
+#: How long CMD runs before the kernels load (they take a third of a second of CPU).
+WARM_UP_AFTER_S = 0.1
 TOP_FUNCTIONS = 3
 #: Width of the table when stdout is a file or pipe (a terminal's own width otherwise).
 PIPE_WIDTH = 120
@@ -136,12 +140,23 @@ def watch(args, child: Child, source: Source) -> int:
     signals = tuple(source.signals)
     detector = choose_detector(args.detector, signals)
     interval = interval_params(args, IntervalParams(), signals, warn)
-    load_kernels(args, detector, interval, signals)
+    kernels = threading.Thread(target=warm_up, args=(child, args, detector, interval, signals),
+                               name="phasewatch-kernels", daemon=True)
     out = open_output(args.output, inputs=[args.program]) if args.output else None
-    sinks, trace, feed, maps, finished = [PhaseSummary()], None, None, None, False
+    sinks, trace, feed, maps, finished = [], None, None, None, False
     try:
         with child.forward_signals() as forwarder:
+            kernels.start()
             child.release()
+            feed = SourceThread(source.batches()).start()
+            from .live import LiveRun
+            from .phase_functions import PhaseFunctions
+            from .process_maps import ProcessMappings
+            from .results import JsonLinesSink, PhaseSummary
+            from .status import StatusLine
+            from .symbols import Symbolizer
+            from .trace import TraceWriter
+            sinks.append(PhaseSummary())
             symbolizer = Symbolizer.from_pid(child.pid)
             meta = run_metadata(child, source, signals, interval, program_text_range(symbolizer))
             pipeline = pipeline_for(meta, args, detector)
@@ -151,7 +166,6 @@ def watch(args, child: Child, source: Source) -> int:
             sinks += [JsonLinesSink(out.stream)] if out else []
             trace = (TraceWriter(args.record, meta, signals, inputs=[args.program])
                      if args.record else None)
-            feed = SourceThread(source.batches()).start()
             status = StatusLine(os.path.basename(child.argv[0]))
             live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
                            status=status, lost_samples=lambda: source.stats()["lost_samples"],
@@ -222,9 +236,16 @@ def close_outputs(outputs, commit: bool) -> None:
             output.discard()
 
 
+def warm_up(child: Child, args, detector: str, interval: IntervalParams, signals) -> None:
+    """Load the kernels unless CMD ends within WARM_UP_AFTER_S: a command that
+    short ends before its first samples would reach the pipeline."""
+    if child.wait(timeout=WARM_UP_AFTER_S) is None:
+        load_kernels(args, detector, interval, signals)
+
+
 def load_kernels(args, detector: str, interval: IntervalParams, signals) -> None:
-    """Run the pipeline over a few made-up rows, so that loading its compiled
-    kernels is start-up, before CMD runs, and not part of watching.  A larger
+    """Run the pipeline over a few made-up rows, on a thread while CMD starts,
+    so that the first real batch finds the kernels loaded.  A larger
     batch, then a smaller one (whose work arrays are views), then the partial
     interval: the call signatures a live run meets."""
     meta = md.new(signals={name: "" for name in signals}, interval=interval,
@@ -295,6 +316,7 @@ def voltage_source(model, signals: dict[str, str]) -> str:
 
 def pipeline_for(meta: dict, args, detector: str) -> Pipeline:
     """The pipeline replay builds from the same metadata and options."""
+    from .pipeline import Pipeline
     params = Params(interval=md.interval_params(meta), histograms=md.histogram_params(meta),
                     detector=detector_params(argparse.Namespace(**{**vars(args),
                                                                   "detector": detector})))
@@ -303,6 +325,7 @@ def pipeline_for(meta: dict, args, detector: str) -> Pipeline:
 
 def top_functions_cell(top: list[tuple[str, float]]) -> str:
     """``region_a 97%, region_b 2%``: the functions that round to at least 1 %."""
+    from rich.markup import escape
     shown = [f"{escape(name)} {100 * share:.0f}%" for name, share in top if share >= 0.005]
     return ", ".join(shown) or "-"
 
@@ -317,6 +340,7 @@ def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
             row["top_functions"] = [{"name": name, "share": share} for name, share in top]
         print(json.dumps(_finite(result), indent=2))
         return
+    from .report import console, phase_table, summary_lines
     out = console()
     if not out.is_terminal:
         out.width = max(out.width, PIPE_WIDTH)

@@ -40,7 +40,6 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import UserError
-from .intervals import SEGMENTS
 
 USED_SEGMENTS = {
     "vpf": ("voltage", "pfreq"),
@@ -60,6 +59,7 @@ SEGMENT_SIGNALS = {
 
 
 def used_mask(detector: str) -> np.ndarray:
+    from .intervals import SEGMENTS  # numba: imported when a pipeline is built, not for options
     if detector not in USED_SEGMENTS:
         raise UserError(f"unknown detector {detector!r}: choose one of {', '.join(NAMES)}")
     return np.array([s in USED_SEGMENTS[detector] for s in SEGMENTS], np.bool_)

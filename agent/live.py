@@ -15,14 +15,16 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from .batch import SampleBatch
-from .phase_functions import PhaseFunctions
-from .pipeline import Intervals, Pipeline
-from .source import Sink
-from .status import StatusLine
-from .trace import TraceWriter
+
+if TYPE_CHECKING:  # not imported at run time: a source thread starts before the kernels load
+    from .phase_functions import PhaseFunctions
+    from .pipeline import Intervals, Pipeline
+    from .source import Sink
+    from .status import StatusLine
+    from .trace import TraceWriter
 
 #: Batches the queue holds; about a minute of samples at 1 kHz, 64 per batch.
 QUEUE_BATCHES = 1024

@@ -17,8 +17,11 @@ from .codemap import CodeMap
 from .decode import PROFILE_COUNTERS, DecoderState, decode
 from .detectors import IP_SIGNATURE, used_mask
 from .intervals import SEGMENT_KINDS, SEGMENTS, IntervalAccumulator, IntervalBlock, Layout
+from .kernels import skip_blas_probe
 from .metadata import cpu_model
 from .params import Params
+
+skip_blas_probe()
 
 #: Rows decoded and profiled at a time, so that the work arrays stay in cache.
 CHUNK_ROWS = 32768

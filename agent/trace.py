@@ -120,7 +120,10 @@ class TraceReader:
         self.path = path
         self.warn = warn or (lambda msg: print(f"phasewatch: warning: {msg}", file=sys.stderr))
         try:
-            self._map = pa.memory_map(path, "r")
+            # Read, not memory-mapped: each record batch is read when it is
+            # replayed and freed after, so memory stays flat however long the
+            # trace, and a trace larger than the address-space limit replays.
+            self._map = pa.OSFile(path, "r")
         except OSError as exc:
             raise UserError(f"cannot open {path}: {exc.strerror or exc}") from None
         self.truncated = False
@@ -142,7 +145,8 @@ class TraceReader:
                                 f"a phasewatch trace stores it as {want}")
 
     def _open_unfinished(self) -> pa.Schema:
-        self._input = pa.BufferReader(self._map.read_buffer().slice(len(ARROW_MAGIC) + 2))
+        self._input = self._map
+        self._input.seek(len(ARROW_MAGIC) + 2)
         try:
             self._stream = pa.ipc.open_stream(self._input)
         except pa.ArrowInvalid:
@@ -188,7 +192,7 @@ class TraceReader:
             if any(r.column(j).null_count for r in records):
                 raise UserError(f"{self.path}: column {name!r} has empty (null) cells "
                                 f"after sample {self.samples_read}")
-            parts = [r.column(j).to_numpy(zero_copy_only=True) for r in records]
+            parts = [_numpy_view(r.column(j), RAW_DTYPES[name]) for r in records]
             cols[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
         batch = SampleBatch(cols)
         bad = first_bad_id(batch)
@@ -204,6 +208,14 @@ class TraceReader:
 
     def close(self) -> None:
         self._map.close()
+
+
+def _numpy_view(column: pa.Array, dtype: np.dtype) -> np.ndarray:
+    """A numpy view of a column.  Not ``to_numpy``, whose first call imports
+    pandas: a third of a second of start-up."""
+    if column.null_count or column.type != pa.from_numpy_dtype(dtype):
+        return column.to_numpy(zero_copy_only=True)
+    return np.frombuffer(column.buffers()[1], dtype, len(column), column.offset * dtype.itemsize)
 
 
 def _metadata_of(schema: pa.Schema, path: str) -> dict[str, Any]:

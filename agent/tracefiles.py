@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-from .csvtrace import CsvReader, looks_like_csv
 from .errors import UserError
 from .process_maps import with_side_table
 from .trace import TraceReader, is_arrow
@@ -21,10 +20,9 @@ def open_trace(path: str, base_mhz: float | None = None, warn=None):
             raise UserError(f"{path}: empty file")
         if is_arrow(path):
             source = TraceReader(path, warn=warn)
-        elif looks_like_csv(path):
-            source = CsvReader(path, base_mhz=base_mhz)
         else:
-            source = None
+            from .csvtrace import CsvReader, looks_like_csv  # pyarrow.csv: imported for CSV only
+            source = CsvReader(path, base_mhz=base_mhz) if looks_like_csv(path) else None
         if source is not None:
             source.metadata = with_side_table(source.metadata, path, warn or (lambda msg: None))
             return source

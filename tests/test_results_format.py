@@ -1,0 +1,85 @@
+"""The JSON Lines writer: byte for byte what one ``json.dumps`` per interval writes."""
+
+import io
+import json
+import math
+
+import numpy as np
+from hypothesis import given, strategies as st
+
+from phasewatch.pipeline import Intervals
+from phasewatch.results import JSON_KEYS, JsonLinesSink
+
+
+def dumps_per_interval(iv: Intervals) -> str:
+    """The writer as it was: one dict and one json.dumps per interval."""
+    dist = [None if math.isnan(d) else round(d, 6) for d in iv.distance.tolist()]
+    rows = zip(iv.index.tolist(), iv.t_start_ns.tolist(), iv.t_end_ns.tolist(),
+               iv.instructions.tolist(), iv.cycles.tolist(), iv.samples.tolist(),
+               dist, iv.phase.tolist(), iv.new_phase.tolist())
+    return "".join(json.dumps(dict(zip(JSON_KEYS, r))) + "\n" for r in rows)
+
+
+def intervals(distance, rng) -> Intervals:
+    n = len(distance)
+    big = rng.integers(0, 2**62, n)
+    return Intervals(np.arange(n, dtype=np.int64), big, big + rng.integers(0, 10**12, n),
+                     rng.integers(0, 2**40, n), rng.integers(0, 2**40, n),
+                     rng.integers(0, 100, n), np.asarray(distance, np.float64),
+                     rng.integers(-1, 300, n), rng.random(n) < 0.2, np.zeros(n), np.zeros(n))
+
+
+def written(iv: Intervals, binary: bool) -> str:
+    if binary:
+        raw = io.BytesIO()
+        stream = io.TextIOWrapper(raw, encoding="utf-8")
+        JsonLinesSink(stream).write(iv)
+        stream.flush()
+        return raw.getvalue().decode()
+    stream = io.StringIO()
+    JsonLinesSink(stream).write(iv)
+    return stream.getvalue()
+
+
+EDGES = [math.nan, 0.0, 1.0, 0.5, 0.25, 1 / 3, 2 / 3, 0.1, 0.3, 1e-4, 9.9999e-5, 5e-6, 1.2e-5,
+         4.9e-7, 5e-7, 5.1e-7, 0.0000015, 0.1234565, 0.9999995, 0.9999994, 1.0000005,
+         0.2500005, 999.9999995, 1234.5, 1e17, -0.0, -0.25, math.inf, 5e-324, 0.123456789]
+
+
+def test_edge_distances_and_every_small_value_match_json_dumps():
+    rng = np.random.default_rng(1)
+    small = [k / 1e6 for k in range(0, 200)] + [k / 1e6 + 4e-7 for k in range(0, 200)]
+    iv = intervals(EDGES + small, rng)
+    assert written(iv, binary=True) == dumps_per_interval(iv)
+    assert written(iv, binary=False) == dumps_per_interval(iv)
+
+
+def test_a_large_batch_of_random_distances_matches_json_dumps():
+    rng = np.random.default_rng(2)
+    d = rng.random(50_000) ** 3
+    d[::7] = np.nan
+    d[1::5] = rng.integers(0, 10**6, len(d[1::5])) / 1e6 + 5e-7   # near rounding ties
+    iv = intervals(d, rng)
+    assert written(iv, binary=True) == dumps_per_interval(iv)
+
+
+@given(st.lists(st.floats(min_value=-1e20, max_value=1e20) | st.just(math.nan),
+                min_size=1, max_size=40))
+def test_any_distance_matches_json_dumps(distances):
+    iv = intervals(distances, np.random.default_rng(len(distances)))
+    assert written(iv, binary=False) == dumps_per_interval(iv)
+
+
+def test_partial_and_empty_intervals_write_nothing():
+    rng = np.random.default_rng(3)
+    iv = intervals([0.5], rng)
+    iv.partial = True
+    assert written(iv, binary=True) == ""
+    assert written(intervals([], rng), binary=True) == ""
+
+
+def test_counts_beyond_int64_are_written_as_json_dumps_does():
+    rng = np.random.default_rng(4)
+    iv = intervals([0.5, math.nan], rng)
+    iv.instructions = np.array([2**64 - 1, 2**63], np.uint64)
+    assert written(iv, binary=True) == dumps_per_interval(iv)
