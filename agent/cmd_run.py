@@ -340,6 +340,8 @@ def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
             row["top_functions"] = [{"name": name, "share": share} for name, share in top]
         print(json.dumps(_finite(result), indent=2))
         return
+    from rich.markup import escape
+
     from .report import console, phase_table, summary_lines
     out = console()
     if not out.is_terminal:
