@@ -173,8 +173,11 @@ def test_ctrl_c_stops_the_command_prints_the_summary_and_closes_the_trace(abab, 
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
     deadline = time.monotonic() + 60
-    while not trace.exists() and time.monotonic() < deadline and agent.poll() is None:
+    # The recording is written under a temporary name until it is complete.
+    while (not list(tmp_path.glob(".int.arrow.*.partial")) and time.monotonic() < deadline
+           and agent.poll() is None):
         time.sleep(0.05)
+    assert agent.poll() is None, "the agent ended before the command started"
     time.sleep(1.5)
     started = time.monotonic()
     agent.send_signal(signal.SIGINT)
