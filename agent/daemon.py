@@ -243,6 +243,7 @@ class Daemon:
                                        host_signals=target is None, publisher=self.publisher))
 
     def _serve_metrics(self) -> None:
+        self.counts.samples = lambda: sum(w.samples for w in self.workers)
         self.counts.dropped = lambda: sum(w.dropped for w in self.workers)
         self.counts.zmq_dropped = lambda: self.publisher.dropped if self.publisher else 0
         self.counts.lag_s = lambda: max((w.lag_s for w in self.workers), default=0.0)
@@ -289,7 +290,6 @@ class Daemon:
             self._last_tick = now
             for w in self.workers:
                 w.tick()
-        self.counts.samples = sum(w.samples for w in self.workers)
         if self.publisher:
             self.publisher.poll()
         for w in self.workers:

@@ -25,7 +25,7 @@ class DaemonCounts:
     """Counts the daemon keeps beside the targets: samples, drops, lag."""
 
     def __init__(self):
-        self.samples = 0
+        self.samples: Callable[[], int] = lambda: 0
         self.dropped: Callable[[], int] = lambda: 0
         self.zmq_dropped: Callable[[], int] = lambda: 0
         self.lag_s: Callable[[], float] = lambda: 0.0
@@ -114,7 +114,7 @@ class PhasewatchCollector:
     def _daemon_metrics(self):
         c = self.counts
         samples = CounterMetricFamily("phasewatch_samples", "Samples taken")
-        samples.add_metric([], c.samples)
+        samples.add_metric([], c.samples())
         dropped = CounterMetricFamily("phasewatch_samples_dropped",
                                       "Samples lost (source or queue)")
         dropped.add_metric([], c.dropped())
