@@ -33,7 +33,7 @@ from .paced import PacedReplay
 from .params import DetectorParams, Params
 from .publish import Publisher, is_loopback_endpoint
 from .sdnotify import Notifier
-from .targets import Targets
+from .targets import CLASSIFIER_CAPS, Targets
 from .trace import TraceWriter
 from .tracefiles import open_trace
 
@@ -86,8 +86,9 @@ def check_exposure(config: daemon_config.Config) -> None:
 
 
 def detector_params(config: daemon_config.Config, detector: str | None = None) -> DetectorParams:
+    cap = {"max_phases": config.max_phases} if CLASSIFIER_CAPS else {}
     return DetectorParams(detector=detector or config.detector, threshold=config.threshold,
-                          adaptive=config.adaptive)
+                          adaptive=config.adaptive, **cap)
 
 
 def params_for(meta: dict, signals, config: daemon_config.Config, detector: str) -> Params:
