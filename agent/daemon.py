@@ -104,7 +104,7 @@ class Worker:
 
     def __init__(self, name: str, source, meta: dict, signals, config, *, target=None,
                  host_signals: bool = True, publisher: Publisher | None = None,
-                 clock_ns=time.monotonic_ns):
+                 clock_ns=lambda t_ns: t_ns):
         from .cmd_run import choose_detector
         self.name = name
         self.source = source
