@@ -9,7 +9,6 @@ intervals; no topic is ``phase.``.
 from __future__ import annotations
 
 import json
-import sys
 
 import zmq
 

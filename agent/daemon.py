@@ -23,8 +23,9 @@ import threading
 import time
 from types import SimpleNamespace
 
-from . import __version__, daemon_config, metadata as md
+from . import __version__, daemon_config, detectors, metadata as md
 from .cmd_replay import interval_params
+from .cmd_run import choose_detector
 from .errors import UserError
 from .host_signals import HostSignals
 from .live import LiveRun, SourceThread
@@ -105,14 +106,12 @@ class Worker:
     def __init__(self, name: str, source, meta: dict, signals, config, *, target=None,
                  host_signals: bool = True, publisher: Publisher | None = None,
                  clock_ns=lambda t_ns: t_ns):
-        from .cmd_run import choose_detector
         self.name = name
         self.source = source
         self.meta = meta
         self.signals = tuple(signals)
         self.detector = (choose_detector(config.detector, self.signals) if source_is_live(source)
                          else config.detector)
-        from . import detectors
         detectors.check_signals(self.detector, self.signals)
         self.params = params_for(meta, self.signals, config, self.detector)
         listeners = [publisher.intervals] if publisher else []
