@@ -123,7 +123,8 @@ class Worker:
         self.trace = self._trace(config.record) if config.record else None
         self.feed = SourceThread(source.batches())
         taps = [self._seen] + ([self.host.feed] if self.host else [])
-        taps += [publisher.batch] if publisher and config.zmq_samples else []
+        # Raw batches are published by CPU, so only from the CPU-wide source.
+        taps += [publisher.batch] if publisher and host_signals else []
         lost = (lambda: int(source.stats().get("lost_samples", 0)))
         self.live = LiveRun(self.feed, self.targets, trace=self.trace, taps=taps, lost_samples=lost)
         self.clock_ns = clock_ns
@@ -160,6 +161,8 @@ class Worker:
     def tick(self) -> None:
         if self.host is not None:
             self.host.tick()
+        if self.ended.is_set():
+            return      # an ended replay's final state stays: nothing will change it
         gone = self.targets.forget_ended()
         if gone and self.host is not None:
             self.host.forget([int(n[3:]) for n in gone if n.startswith("cpu")])
@@ -296,8 +299,7 @@ class Daemon:
             if w.ended.is_set() and w.name not in reported_end:
                 reported_end.add(w.name)
                 if w.error is not None:
-                    log(f"{w.name}: {w.error}")
-                    self._stop.set()
+                    self._stop.set()        # run() raises it
                 else:
                     log(f"{w.name}: the source ended after {w.samples:,} samples; "
                         f"still serving the last state")

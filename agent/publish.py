@@ -161,8 +161,9 @@ class Publisher:
         self._send([topic.encode(), json.dumps(body).encode()])
 
     def _next(self, topic: str) -> int:
-        n = self._seq.get(topic, 0)
-        self._seq[topic] = n + 1
+        with self._lock:
+            n = self._seq.get(topic, 0)
+            self._seq[topic] = n + 1
         return n
 
     def _send(self, frames) -> None:
