@@ -271,7 +271,7 @@ class Daemon:
         reported_end = set()
         try:
             while not self._stop.is_set():
-                self._stop.wait(0.25 if self.publisher else 1.0)
+                self._stop.wait(min(ping, 1.0) if ping else 1.0)
                 self._upkeep(reported_end)
                 if ping and time.monotonic() >= next_ping:
                     self.notifier.watchdog()

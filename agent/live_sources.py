@@ -19,8 +19,10 @@ from .errors import UserError
 from .params import HistogramParams
 
 CGROUP_ROOT = "/sys/fs/cgroup"
-#: The sources wake the daemon every this many samples per CPU ring.
+#: The sources wake the daemon every this many samples per CPU ring, or every
+#: POLL_MS at the latest: about twice a second at 1 kHz, as for ``run``.
 WAKEUP_SAMPLES = 512
+POLL_MS = 1000
 
 
 def process_targets(config) -> list[tuple[str, int]]:
@@ -66,11 +68,11 @@ def open_live(config, warn) -> list[tuple[str, object, dict, tuple, str | None]]
         if config.cpus:
             cpus = None if config.cpus == "all" else list(config.cpus)
             source = open_source(config.source, cpus=cpus, msr_path=config.msr_path,
-                                 rate_hz=config.rate_hz, wakeup=WAKEUP_SAMPLES)
+                                 rate_hz=config.rate_hz, wakeup=WAKEUP_SAMPLES, poll_ms=POLL_MS)
             opened.append(("cpus", source, live_metadata(source), tuple(source.signals), None))
         for target, pid in process_targets(config):
             source = open_source(config.source, pid=pid, msr_path=config.msr_path,
-                                 rate_hz=config.rate_hz, wakeup=WAKEUP_SAMPLES)
+                                 rate_hz=config.rate_hz, wakeup=WAKEUP_SAMPLES, poll_ms=POLL_MS)
             opened.append((target, source, live_metadata(source), tuple(source.signals), target))
     except BaseException:
         for _, source, *_ in opened:

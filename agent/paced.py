@@ -1,7 +1,8 @@
 """A recorded trace replayed at a chosen speed: the daemon's replay source.
 
-Batches are cut into slices of about a tenth of a second of wall time, and
-each slice is handed on when the replay clock reaches its last sample: at
+Batches are cut into slices of about half a second of wall time (live
+sources wake the daemon about as often), and each slice is handed on when
+the replay clock reaches its last sample: at
 speed 1 a trace replays in real time, at speed 100 a hundred times faster,
 and at speed 0 as fast as the reader goes.  ``clock_ns`` maps a sample's
 time to the monotonic time it was due, so that the daemon can tell its lag.
@@ -17,7 +18,7 @@ import numpy as np
 
 from .batch import SampleBatch
 
-SLICE_S = 0.1
+SLICE_S = 0.5
 
 
 class PacedReplay:

@@ -28,7 +28,8 @@ filter on by prefix:
     frame is one column's N values, little-endian, in the header's order
     (``numpy.frombuffer(frame, dtype)`` reads one).
 
-``seq`` counts the messages of each topic from 0, so a subscriber can tell
+A phase event follows the interval event of the same interval.  ``seq``
+counts the messages of each topic from 0, so a subscriber can tell
 what it missed.  ``v`` changes only when a field changes meaning or goes away.
 
 The socket is an XPUB with a send high-water mark and ``XPUB_NODROP``: a
@@ -124,19 +125,18 @@ class Publisher:
         cols = (iv.index.tolist(), iv.t_start_ns.tolist(), iv.t_end_ns.tolist(),
                 iv.instructions.tolist(), iv.cycles.tolist(), iv.samples.tolist(),
                 iv.distance.tolist(), iv.phase.tolist(), iv.new_phase.tolist())
-        topic = f"interval.{target}"
-        for index, t0, t1, instr, cyc, n, dist, phase, new in zip(*cols):
-            self._send_json(topic, {"type": "interval", "target": target, "index": index,
-                                    "t_start_ns": t0, "t_end_ns": t1, "instructions": instr,
-                                    "cycles": cyc, "samples": n, "distance": _number(dist),
-                                    "phase": phase, "new_phase": new})
-        topic = f"phase.{target}"
-        for row in changes.tolist():
-            before = int(previous[row])
-            self._send_json(topic, {"type": "phase", "target": target, "index": int(iv.index[row]),
-                                    "t_ns": int(iv.t_end_ns[row]), "phase": int(iv.phase[row]),
-                                    "previous": before if before >= 0 else None,
-                                    "new_phase": bool(iv.new_phase[row])})
+        changed = set(changes.tolist())
+        for row, (index, t0, t1, instr, cyc, n, dist, phase, new) in enumerate(zip(*cols)):
+            self._send_json(f"interval.{target}", {
+                "type": "interval", "target": target, "index": index, "t_start_ns": t0,
+                "t_end_ns": t1, "instructions": instr, "cycles": cyc, "samples": n,
+                "distance": _number(dist), "phase": phase, "new_phase": new})
+            if row in changed:
+                before = int(previous[row])
+                self._send_json(f"phase.{target}", {
+                    "type": "phase", "target": target, "index": index, "t_ns": t1,
+                    "phase": phase, "previous": before if before >= 0 else None,
+                    "new_phase": new})
 
     def batch(self, batch: SampleBatch) -> None:
         """Publish a raw batch on sample.<cpu>, one message per CPU in it."""
