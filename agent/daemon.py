@@ -161,7 +161,7 @@ class Worker:
     def tick(self) -> None:
         if self.host is not None:
             self.host.tick()
-        if self.ended.is_set():
+        if self.ended.is_set() and not source_is_live(self.source):
             return      # an ended replay's final state stays: nothing will change it
         gone = self.targets.forget_ended()
         if gone and self.host is not None:

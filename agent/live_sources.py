@@ -3,7 +3,8 @@
 Targets become sources: the CPUs system-wide are one source (its rows routed
 to one pipeline per CPU), and each watched process is a source of its own
 (its threads' samples, one pipeline).  Processes named by command or cgroup
-are the ones that exist when the daemon starts or reloads.
+are the ones that exist when the daemon starts.  A process target that ends
+leaves the metrics after the grace period.
 """
 
 from __future__ import annotations

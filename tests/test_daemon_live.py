@@ -4,6 +4,7 @@ and a watched process by pid, while a real program runs."""
 from __future__ import annotations
 
 import subprocess
+import time
 
 import pytest
 
@@ -26,6 +27,29 @@ def test_live_cpus_and_a_process_target(abab, tmp_path):
             assert d.metric("phasewatch_samples_total") > 1000
             assert 0 <= d.metric("phasewatch_sampler_lag_seconds") < 30
             assert d.metric("phasewatch_phases", target=f"pid:{workload.pid}") >= 1
+    finally:
+        workload.kill()
+        workload.wait()
+
+
+@pytest.mark.slow
+def test_a_process_target_that_ends_leaves_the_metrics_after_the_grace_period(abab, tmp_path):
+    workload = subprocess.Popen([str(abab), "1"])          # A, B, A: about 3 s of CPU
+    config = tmp_path / "short.toml"
+    config.write_text(f'[source]\nkind = "perf"\n[targets]\ncpus = []\npids = [{workload.pid}]\n'
+                      f'[detector]\nname = "vpf-ip"\ninterval_ms = 100\n'
+                      f'[metrics]\ngrace_seconds = 1.0\n')
+    target = f"pid:{workload.pid}"
+    try:
+        with Daemon("--config", config) as d:
+            d.wait_ready()
+            d.wait_metric("phasewatch_intervals_total", lambda v: v >= 3, target=target)
+            workload.wait(timeout=60)
+            deadline = time.monotonic() + 30
+            while d.metric("phasewatch_intervals_total", target=target) is not None:
+                assert time.monotonic() < deadline, f"{target} still in the metrics"
+                time.sleep(0.5)
+            assert d.proc.poll() is None
     finally:
         workload.kill()
         workload.wait()
