@@ -16,6 +16,10 @@ from typing import Iterable, Mapping
 import numpy as np
 
 MISSING = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
+#: x86-64 kernel addresses start here (the canonical upper half).  An ``ip``
+#: at or above it is no user-space code: a kernel address, or MISSING (the
+#: kernel module's mark for a sample taken in kernel mode).
+KERNEL_START = np.uint64(0xFFFF_8000_0000_0000)
 
 #: Every raw column a batch may carry, with its dtype, in trace order.
 RAW_DTYPES: dict[str, np.dtype] = {
@@ -37,7 +41,7 @@ RAW_DTYPES: dict[str, np.dtype] = {
 }
 
 REQUIRED_COLUMNS = ("t_ns", "cpu")
-#: Columns the CSV format must always carry (DESIGN §4); the rest are optional.
+#: Columns the CSV format must always carry (docs/formats.md); the rest are optional.
 CSV_COLUMNS = ("t_ns", "cpu", "tid", "ip", "perf_status", "aperf", "mperf",
                "pperf", "tsc", "instructions", "cycles")
 OPTIONAL_CSV_COLUMNS = ("c3", "c6", "c7", "energy_pkg_uj")

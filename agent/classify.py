@@ -4,7 +4,7 @@ An interval stays in the previous phase if that phase's centroid is within the
 threshold; otherwise it takes the nearest centroid within the threshold;
 otherwise it opens a new phase.  Centroids are running means of their members,
 segment by segment.  The distance of a profile to a centroid is the largest of
-the segment distances over the segments both have (see DESIGN §1).
+the segment distances over the segments both have (see agent/detectors.py).
 
 With the adaptive threshold, the threshold follows the distances of intervals
 that joined an existing phase: an exponentially weighted mean plus ``z``

@@ -11,7 +11,7 @@ from .tracefiles import open_trace
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("input", metavar="IN", help="a raw CSV (DESIGN §4 columns) or a trace")
+    parser.add_argument("input", metavar="IN", help="a raw CSV (columns: docs/formats.md) or a trace")
     parser.add_argument("output", metavar="OUT", help="the trace to write, whatever its name")
     parser.add_argument("--base-mhz", type=float, metavar="MHZ",
                         help="base frequency to record (default: the CSV's TSC rate)")

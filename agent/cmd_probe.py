@@ -49,6 +49,17 @@ def format_value(row: dict) -> str:
     return f"{value} {row['unit'] or ''}".strip()
 
 
+def source_lines(result: dict) -> list[str]:
+    """The registry's entries, as ``run --source`` would see them."""
+    lines = [f"sources (run --source auto takes {result['auto'] or 'none'}):"]
+    for offer in result["sources"]:
+        if offer["available"]:
+            lines.append(f"  yes  {offer['name']:<9} {', '.join(offer['columns'])} ({offer['detail']})")
+        else:
+            lines.append(f"  no   {offer['name']:<9} {offer['reason']}")
+    return lines
+
+
 def print_plain(result: dict) -> None:
     print(describe_host(result["host"]))
     for row in result["signals"]:
@@ -58,6 +69,7 @@ def print_plain(result: dict) -> None:
             print(f"  yes  {row['signal']:<36} {detail}{'; ' + value if value else ''}")
         else:
             print(f"  no   {row['signal']:<36} {row['reason']}")
+    print("\n".join(source_lines(result)))
 
 
 def print_rich(result: dict) -> None:
@@ -72,4 +84,7 @@ def print_rich(result: dict) -> None:
         table.add_row(row["signal"], "[green]yes[/]" if ok else "[red]no[/]",
                       row["source"] if ok else row["reason"], row["rate"] or "",
                       format_value(row))
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for line in source_lines(result):
+        console.print(line, markup=False, highlight=False)

@@ -1,8 +1,11 @@
 """``phasewatch run -- CMD``: start a command, watch it, and tell its phases.
 
 CMD is started paused before exec (pinned to one CPU unless ``--no-pin``), the
-perf sampling events are attached to it with enable-on-exec and inherited by
-its threads and children, and then it runs.  Samples go through the same
+source ``--source`` names is opened for it from the registry of sources
+(:mod:`phasewatch.collectors.registry`: perf sampling events attached with
+enable-on-exec and inherited by its threads and children, with the MSR
+sampler's readings of its CPU joined on where the host has MSRs), and then it
+runs.  Samples go through the same
 pipeline, with the same parameters, as ``phasewatch replay`` would use on the
 recorded trace, so a recording replays to the same phases.
 

@@ -1,4 +1,4 @@
-"""Plain CSV traces (DESIGN §4): one row per sample, integer cells (decimal, or
+"""Plain CSV traces (docs/formats.md): one row per sample, integer cells (decimal, or
 hexadecimal with 0x), a header row.
 
 Parsing is pyarrow's streaming CSV reader.  When it rejects the file, the file
@@ -75,7 +75,7 @@ class CsvReader:
 
 
 def read_header(path: str) -> tuple[str, ...]:
-    """The known columns of the CSV, checked against DESIGN §4."""
+    """The known columns of the CSV, checked against docs/formats.md."""
     try:
         with open(path, newline="", encoding="utf-8") as f:
             header = next(csv.reader(f), None)

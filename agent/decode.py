@@ -12,6 +12,7 @@ import numba
 import numpy as np
 
 from .batch import MISSING, SampleBatch
+from .collectors.msr import VOLTAGE_MASK, VOLTAGE_SHIFT, VOLTAGE_UNITS_PER_VOLT
 
 #: Counters decoded by delta, in the order of the decoder's state columns.
 COUNTERS = ("aperf", "mperf", "pperf", "tsc", "instructions", "cycles", "c3", "c6", "c7")
@@ -204,11 +205,11 @@ def _zero_unknown(values, out):
 
 @numba.njit(cache=True, nogil=True)
 def _voltage(status, out):
-    """Core voltage from IA32_PERF_STATUS bits 47:32 (volts = raw / 8192), in mV."""
+    """Core voltage from IA32_PERF_STATUS, in mV."""
     if len(status) != len(out):
         out[:] = np.nan
         return
     for i in range(len(out)):
         s = status[i]
-        raw = (s >> np.uint64(32)) & np.uint64(0xFFFF)
-        out[i] = raw * (1000.0 / 8192.0) if s != _MISSING and raw != 0 else np.nan
+        raw = (s >> np.uint64(VOLTAGE_SHIFT)) & np.uint64(VOLTAGE_MASK)
+        out[i] = raw * (1000.0 / VOLTAGE_UNITS_PER_VOLT) if s != _MISSING and raw != 0 else np.nan

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from .batch import KERNEL_START
 from .decode import F
 from .histograms import CUMULATIVE, TOTAL_VARIATION, ip_bins, value_bins
 from .params import HistogramParams, IntervalParams
@@ -119,8 +120,8 @@ class IntervalAccumulator:
         value_bins(decoded[F_VOLT], hp.voltage_mv[0], hp.voltage_mv[1], hp.voltage_bins, bins[0])
         value_bins(decoded[F_PFREQ], hp.pfreq_mhz[0], hp.pfreq_mhz[1], hp.pfreq_bins, bins[1])
         if ip is not None and self.text_hi > self.text_lo:
-            ip_bins(np.ascontiguousarray(ip), self.text_lo, self.text_hi, self.ip_bits,
-                    hp.ip_fold_groups, bins[2])
+            ip = np.where(ip >= KERNEL_START, np.uint64(0), ip)   # kernel or MISSING: unknown
+            ip_bins(ip, self.text_lo, self.text_hi, self.ip_bits, hp.ip_fold_groups, bins[2])
         else:
             bins[2] = -1
         return bins

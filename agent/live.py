@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Sequence
 from .batch import SampleBatch
 from .phase_functions import PhaseFunctions
 from .pipeline import Intervals, Pipeline
+from .source import Sink
 from .status import StatusLine
 from .trace import TraceWriter
 
@@ -79,7 +80,7 @@ class LiveRun:
     """Feeds one source's batches through the pipeline to the sinks until the source ends."""
 
     def __init__(self, source: SourceThread, pipeline: Pipeline, *,
-                 sinks: Sequence = (), trace: TraceWriter | None = None,
+                 sinks: Sequence[Sink] = (), trace: TraceWriter | None = None,
                  functions: PhaseFunctions | None = None, status: StatusLine | None = None,
                  lost_samples: Callable[[], int] = lambda: 0,
                  every_second: Callable[[], None] = lambda: None,

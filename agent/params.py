@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from .cpumodels import CpuModel
 
@@ -69,6 +69,3 @@ class Params:
     interval: IntervalParams = field(default_factory=IntervalParams)
     histograms: HistogramParams = field(default_factory=HistogramParams)
     detector: DetectorParams = field(default_factory=DetectorParams)
-
-    def to_dict(self) -> dict:
-        return asdict(self)

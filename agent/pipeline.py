@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .batch import SampleBatch
+from .batch import KERNEL_START, SampleBatch
+from .collectors.cpuinfo import FALLBACK_BASE_HZ
 from .classify import ClassifierState, classify
 from .decode import PROFILE_COUNTERS, DecoderState, decode
 from .detectors import used_mask
@@ -18,7 +19,6 @@ from .intervals import SEGMENT_KINDS, SEGMENTS, IntervalAccumulator, IntervalBlo
 from .metadata import cpu_model
 from .params import Params
 
-KERNEL_ADDRESSES = np.uint64(0x8000_0000_0000_0000)
 #: Rows decoded and profiled at a time, so that the work arrays stay in cache.
 CHUNK_ROWS = 32768
 
@@ -98,7 +98,7 @@ class Pipeline:
     def for_trace(cls, meta: dict, params: Params) -> "Pipeline":
         """The pipeline for samples described by trace metadata ``meta``: the
         one constructor live runs and replay share, so that both decode alike."""
-        return cls(params, base_mhz=meta.get("base_freq_mhz") or 0.0,
+        return cls(params, base_mhz=meta.get("base_freq_mhz") or FALLBACK_BASE_HZ / 1e6,
                    voltage_from_perf_status=(meta.get("voltage_source")
                                              or cpu_model(meta).voltage_source) == "perf_status",
                    counter_scope=meta.get("counter_scope", "cpu"))
@@ -134,7 +134,7 @@ class Pipeline:
     def _guess_text_range(self, ips: np.ndarray) -> None:
         """No text range known: take the span of the user-space IPs seen first,
         and keep it, so that profiles stay comparable for the whole run."""
-        user = ips[(ips != 0) & (ips < KERNEL_ADDRESSES)]
+        user = ips[(ips != 0) & (ips < KERNEL_START)]
         if len(user) == 0:
             return
         lo, hi = int(user.min()), int(user.max()) + 1

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .batch import MISSING, SampleBatch
+from .batch import KERNEL_START, MISSING, SampleBatch
+from .collectors.msr import voltage_volts
 from .classify import classify_reference
 from .decode import COUNTERS, F, FIELDS
 from .detectors import used_mask
@@ -26,8 +27,8 @@ def decode(batch: SampleBatch, base_mhz: float, voltage_from_perf_status: bool =
     deltas = {name: _deltas(batch, name, owner) for name in COUNTERS}
     if voltage_from_perf_status and "perf_status" in batch:
         status = batch["perf_status"]
-        raw = ((status >> np.uint64(32)) & np.uint64(0xFFFF)).astype(np.float64)
-        out[F["voltage_mv"]] = np.where((raw > 0) & (status != MISSING), raw * 1000 / 8192, np.nan)
+        volts = voltage_volts(status)
+        out[F["voltage_mv"]] = np.where((volts > 0) & (status != MISSING), volts * 1000, np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):
         da, dm, dp, dt = deltas["aperf"], deltas["mperf"], deltas["pperf"], deltas["tsc"]
         di, dc = deltas["instructions"], deltas["cycles"]
@@ -97,7 +98,8 @@ def profiles(batch: SampleBatch, decoded: np.ndarray, ends: np.ndarray, params: 
     ip_bins = None
     if "ip" in batch and text_range is not None:
         bits = int(hp.ip_bins).bit_length() - 1
-        ip_bins = ip_bins_reference(batch["ip"], text_range[0], text_range[1], bits, hp.ip_fold_groups)
+        ips = np.where(batch["ip"] >= KERNEL_START, np.uint64(0), batch["ip"])
+        ip_bins = ip_bins_reference(ips, text_range[0], text_range[1], bits, hp.ip_fold_groups)
     for k, (a, b) in enumerate(zip(starts, ends + 1)):
         volt = decoded[F["voltage_mv"], a:b]
         pf = decoded[F["pfreq_mhz"], a:b]

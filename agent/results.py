@@ -21,7 +21,7 @@ JSON_KEYS = ("index", "t_start_ns", "t_end_ns", "instructions", "cycles", "sampl
 
 
 class JsonLinesSink:
-    """One JSON object per complete interval, with exactly the keys of DESIGN §4."""
+    """One JSON object per complete interval, with exactly the keys of docs/formats.md."""
 
     def __init__(self, stream: IO[str]):
         self.stream = stream

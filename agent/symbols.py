@@ -32,10 +32,10 @@ import numpy as np
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
+from .batch import KERNEL_START
+
 UNKNOWN = "[unknown]"
 KERNEL = "[kernel]"
-#: x86-64 kernel addresses start here (canonical upper half).
-KERNEL_START = np.uint64(0xFFFF_8000_0000_0000)
 DEBUG_ROOT = Path("/usr/lib/debug")
 
 _FUNCTION_TYPES = ("STT_FUNC", "STT_GNU_IFUNC")

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import metadata as md
 from .batch import SampleBatch
+from .collectors.msr import perf_status_of
 from .cpumodels import SKYLAKE
 from .params import HistogramParams, IntervalParams
 
@@ -119,7 +120,7 @@ def _stretch(p: Phase, instructions: int, rng, state, tid) -> SampleBatch:
         "cpu": np.zeros(k, np.int32),
         "tid": np.full(k, tid, np.int32),
         "ip": _ips(p, rng, k),
-        "perf_status": (np.round(volt / 1000.0 * 8192).astype(np.uint64) << np.uint64(32)) | RATIO_BITS,
+        "perf_status": perf_status_of(volt / 1000.0, RATIO_BITS),
         "aperf": state["clocks"] + np.cumsum(clocks),
         "pperf": state["pperf"] + np.cumsum(np.round(clocks * productive).astype(np.int64)),
         "instructions": state["instr"] + np.cumsum(instr),

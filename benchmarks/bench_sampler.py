@@ -50,13 +50,14 @@ def fake_msr_files(root: Path, ncpu: int) -> str:
 
 
 class NullReader:
+    kind = "null"
     columns = ("tsc",)
 
     def read(self, out):
         pass
 
     def stats(self):
-        return {}
+        return {"errors": 0}
 
     def close(self):
         pass

@@ -30,10 +30,3 @@ def residency_us(cpu: int, root: str = DEFAULT_ROOT) -> dict[str, int]:
         except (OSError, ValueError):
             continue
     return states
-
-
-def idle_driver(root: str = DEFAULT_ROOT) -> str | None:
-    try:
-        return Path(root, "cpuidle", "current_driver").read_text().strip()
-    except OSError:
-        return None

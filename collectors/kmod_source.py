@@ -23,6 +23,9 @@ import numpy as np
 
 from phasewatch.batch import MISSING, SampleBatch, concat
 
+from .ioctl import IOC_NONE, IOC_READ, IOC_WRITE, ioc
+from .msr import REGISTERS
+
 DEVICE = "/dev/phasewatch"
 ABI_VERSION = 1
 RING_MAGIC = 0x31525750
@@ -32,8 +35,8 @@ REC_USER, REC_TARGET = 1 << 0, 1 << 1
 CLOCKS = {0: "none", 1: "instructions", 2: "software"}
 
 #: The allowlist order of ``enum pw_msr``: bit i of the MSR mask reads MSRS[i].
+#: Their addresses are :data:`phasewatch.collectors.msr.REGISTERS`.
 MSRS = ("perf_status", "mperf", "aperf", "pperf", "tsc", "c3", "c6", "c7")
-MSR_ADDRESSES = (0x198, 0xE7, 0xE8, 0x64E, 0x10, 0x3FC, 0x3FD, 0x3FE)
 
 _u32, _u64 = "<u4", "<u8"
 
@@ -61,19 +64,18 @@ STATS_DTYPE = np.dtype([
 ])
 CONSUME_DTYPE = np.dtype([("cpu", _u32), ("reserved", _u32), ("tail", _u64)])
 
-_IOC_WRITE, _IOC_READ = 1, 2
 IOC_MAGIC = 0xB7
 
 
 def _ioc(direction: int, nr: int, size: int) -> int:
-    return direction << 30 | size << 16 | IOC_MAGIC << 8 | nr
+    return ioc(direction, IOC_MAGIC, nr, size)
 
 
-IOC_CONFIGURE = _ioc(_IOC_READ | _IOC_WRITE, 1, CONFIG_DTYPE.itemsize)
-IOC_START = _ioc(0, 2, 0)
-IOC_STOP = _ioc(0, 3, 0)
-IOC_STATS = _ioc(_IOC_READ, 4, STATS_DTYPE.itemsize)
-IOC_CONSUME = _ioc(_IOC_WRITE, 5, CONSUME_DTYPE.itemsize)
+IOC_CONFIGURE = _ioc(IOC_READ | IOC_WRITE, 1, CONFIG_DTYPE.itemsize)
+IOC_START = _ioc(IOC_NONE, 2, 0)
+IOC_STOP = _ioc(IOC_NONE, 3, 0)
+IOC_STATS = _ioc(IOC_READ, 4, STATS_DTYPE.itemsize)
+IOC_CONSUME = _ioc(IOC_WRITE, 5, CONSUME_DTYPE.itemsize)
 
 class KmodError(OSError):
     """The module refused a request, or a ring is not what the ABI says."""
@@ -248,7 +250,7 @@ class KmodSource:
         kmod = {"device": self.device, "abi_version": ABI_VERSION,
                 "cpus": [r.cpu for r in self.rings],
                 "ring_records": [r.nr_records for r in self.rings],
-                "msrs": {n: hex(MSR_ADDRESSES[MSRS.index(n)]) for n in self._msrs}}
+                "msrs": {n: hex(REGISTERS[n]) for n in self._msrs}}
         if cfg is not None:
             kmod.update(period_ns=int(cfg["period_ns"]),
                         interval_instructions=int(cfg["interval_insns"]),

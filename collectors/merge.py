@@ -60,7 +60,7 @@ class MergedSource:
     """The rows of ``primary`` with ``columns`` of ``secondary`` joined by
     time per CPU.  Ends when the primary ends; closes both."""
 
-    def __init__(self, primary, secondary, columns, *, tolerance_ns: int = 5_000_000):
+    def __init__(self, primary, secondary, columns, *, tolerance_ns: int = 20_000_000):
         self.primary = primary
         self.secondary = secondary
         self.columns = tuple(columns)
@@ -77,13 +77,18 @@ class MergedSource:
                        "joined_from": secondary.metadata["source"],
                        "tolerance_ns": tolerance_ns},
             "parts": [primary.metadata, secondary.metadata],
+            "not_taken": {**primary.metadata.get("not_taken", {}),
+                          **secondary.metadata.get("not_taken", {})},
         }
         self._queue: queue.Queue = queue.Queue()
         self._regs = SampleBatch.empty(("t_ns", "cpu") + self.columns)
         self._secondary_done = False
         self._samples = 0
+        # Started now, so that the registers are being read before the
+        # primary's first sample (the watched program starts after this).
         self._thread = threading.Thread(target=self._read_secondary, daemon=True,
                                         name="phasewatch-merge")
+        self._thread.start()
 
     def _read_secondary(self) -> None:
         try:
@@ -118,7 +123,6 @@ class MergedSource:
         return int(self._regs["t_ns"][-1]) if len(self._regs) else -1
 
     def batches(self) -> Iterator[SampleBatch]:
-        self._thread.start()
         pending = None
         for batch in self.primary.batches():
             pending = batch if pending is None else concat([pending, batch])

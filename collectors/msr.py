@@ -25,6 +25,8 @@ import numpy as np
 from phasewatch.batch import MISSING
 from phasewatch.errors import MissingDevice, MissingPrivilege, UserError
 
+from .ioctl import IOC_READ, IOC_WRITE, ioc
+
 DEFAULT_PATH = "/dev/cpu/{cpu}/msr"
 MSR_SAFE_PATH = "/dev/cpu/{cpu}/msr_safe"
 MSR_SAFE_BATCH = "/dev/cpu/msr_batch"
@@ -45,9 +47,20 @@ ALL_COLUMNS = tuple(REGISTERS)
 OFFLINE_ERRNOS = (errno.ENXIO, errno.ENODEV, errno.ENOENT, errno.EBADF)
 
 
+#: IA32_PERF_STATUS bits 47:32 hold the core voltage in units of 1/8192 V.
+VOLTAGE_SHIFT, VOLTAGE_MASK, VOLTAGE_UNITS_PER_VOLT = 32, 0xFFFF, 8192
+
+
 def voltage_volts(perf_status):
-    """Core voltage from IA32_PERF_STATUS bits 47:32, in units of 1/8192 V."""
-    return ((np.asarray(perf_status, np.uint64) >> np.uint64(32)) & np.uint64(0xFFFF)) / 8192.0
+    """Core voltage from IA32_PERF_STATUS, in volts."""
+    raw = (np.asarray(perf_status, np.uint64) >> np.uint64(VOLTAGE_SHIFT)) & np.uint64(VOLTAGE_MASK)
+    return raw / VOLTAGE_UNITS_PER_VOLT
+
+
+def perf_status_of(volts, low_bits=0):
+    """IA32_PERF_STATUS values that hold ``volts`` (the inverse, for made-up samples)."""
+    raw = np.round(np.asarray(volts) * VOLTAGE_UNITS_PER_VOLT).astype(np.uint64)
+    return (raw << np.uint64(VOLTAGE_SHIFT)) | np.uint64(low_bits)
 
 
 def open_device(path: str) -> int:
@@ -62,15 +75,6 @@ def open_device(path: str) -> int:
             f"(setcap cap_sys_rawio+ep on the interpreter, or run as root)") from None
     except OSError as exc:
         raise MissingDevice(f"cannot open {path}: {exc.strerror}") from None
-
-
-def read_msr(path: str, address: int) -> int:
-    """One register, for probing: the value as an unsigned integer."""
-    fd = open_device(path)
-    try:
-        return int.from_bytes(os.pread(fd, 8, address), "little")
-    finally:
-        os.close(fd)
 
 
 def msr_safe_present(cpu: int = 0) -> bool:
@@ -209,11 +213,7 @@ class _BatchArray(ctypes.Structure):
                 ("ops", ctypes.POINTER(_BatchOp))]
 
 
-def _iowr(kind: str, nr: int, size: int) -> int:
-    return (3 << 30) | (size << 16) | (ord(kind) << 8) | nr
-
-
-X86_IOC_MSR_BATCH = _iowr("c", 0xA2, ctypes.sizeof(_BatchArray))
+X86_IOC_MSR_BATCH = ioc(IOC_READ | IOC_WRITE, ord("c"), 0xA2, ctypes.sizeof(_BatchArray))
 
 
 def msr_safe_version(path: str = MSR_SAFE_VERSION) -> int:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .ioctl import IOC_NONE, ioc
+
 # include/uapi/linux/perf_event.h
 TYPE_HARDWARE, TYPE_SOFTWARE, TYPE_TRACEPOINT, TYPE_HW_CACHE, TYPE_RAW = 0, 1, 2, 3, 4
 HW_CPU_CYCLES, HW_INSTRUCTIONS = 0, 1
@@ -34,8 +36,8 @@ FORMAT_GROUP = 1 << 3
 RECORD_LOST, RECORD_THROTTLE, RECORD_UNTHROTTLE, RECORD_SAMPLE = 2, 5, 6, 9
 
 FLAG_FD_CLOEXEC = 1 << 3
-IOC_ENABLE, IOC_DISABLE = 0x2400, 0x2401
-IOC_SET_OUTPUT = 0x2405
+IOC_ENABLE = ioc(IOC_NONE, ord("$"), 0, 0)
+IOC_SET_OUTPUT = ioc(IOC_NONE, ord("$"), 5, 0)
 
 CLOCK_MONOTONIC = 1
 
@@ -98,10 +100,6 @@ def enable(fd: int) -> None:
     fcntl.ioctl(fd, IOC_ENABLE, 0)
 
 
-def disable(fd: int) -> None:
-    fcntl.ioctl(fd, IOC_DISABLE, 0)
-
-
 def set_output(fd: int, target_fd: int) -> None:
     """Send ``fd``'s records to ``target_fd``'s ring buffer (same CPU)."""
     fcntl.ioctl(fd, IOC_SET_OUTPUT, target_fd)
@@ -113,8 +111,26 @@ def read_group(fd: int, n: int) -> np.ndarray:
     return np.frombuffer(raw, "<u8", count=n, offset=8)
 
 
-def read_counter(fd: int) -> int:
-    return int.from_bytes(os.read(fd, 8), "little")
+#: errnos meaning "this event does not exist here" (no hardware PMU, no such PMU event)
+NO_EVENT = (errno.ENOENT, errno.EOPNOTSUPP, errno.ENODEV, errno.EINVAL)
+
+
+def advice(exc: OSError, what: str = "perf_event_open", virtual: bool = False) -> str:
+    """The one-line reason and fix for a perf_event_open that failed."""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return (f"perf_event_paranoid={paranoid()} forbids {what}: run as root, grant "
+                f"CAP_PERFMON, or lower it (sysctl kernel.perf_event_paranoid=1)")
+    if exc.errno in NO_EVENT and exc.errno != errno.EINVAL:
+        if virtual:
+            return "no hardware PMU: virtual machine (enable PMU passthrough in the hypervisor)"
+        return "no hardware PMU: the kernel has no driver for this CPU's counters"
+    if exc.errno == errno.ENOSYS:
+        return "perf_event_open is not available: kernel built without CONFIG_PERF_EVENTS"
+    if exc.errno == errno.ESRCH:
+        return f"{what}: no such process"
+    if exc.errno == errno.EMFILE:
+        return f"{what}: too many open files: raise the limit (ulimit -n)"
+    return f"{what}: perf_event_open failed: {exc.strerror}"
 
 
 def paranoid(root: str = "/proc") -> int | None:
@@ -202,9 +218,6 @@ class RingBuffer:
             raw = np.concatenate((self._data[start:], self._data[:stop]))
         self._meta[129] = head             # hand the space back to the kernel
         return raw
-
-    def drain(self) -> np.ndarray:
-        return parse_samples(self.read_raw(), self.dtype, self)
 
     def close(self) -> None:
         del self._meta, self._data

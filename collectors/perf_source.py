@@ -27,11 +27,10 @@ from phasewatch.errors import MissingPrivilege, UserError
 
 from . import perf_event as pe
 from . import perf_msr
-from .cpuinfo import base_frequency_hz, online_cpus
+from .cpuinfo import base_frequency_hz, online_cpus, read_cpuinfo
 
 SAMPLE_TYPE = pe.SAMPLE_IP | pe.SAMPLE_TID | pe.SAMPLE_TIME | pe.SAMPLE_CPU | pe.SAMPLE_PERIOD
-#: errnos meaning "this event does not exist here" (no hardware PMU, no such PMU event)
-NO_EVENT = (errno.ENOENT, errno.EOPNOTSUPP, errno.ENODEV, errno.EINVAL)
+NO_EVENT = pe.NO_EVENT
 
 #: group members a sample can carry, in batch column order
 COUNTED = ("instructions", "cycles", "tsc", "aperf", "mperf", "pperf")
@@ -47,16 +46,8 @@ EVENTS = {
 
 def privilege_error(exc: OSError, what: str) -> UserError:
     """The one-line message for a perf_event_open that was refused."""
-    level = pe.paranoid()
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return MissingPrivilege(
-            f"perf_event_paranoid={level} forbids {what}: run as root, grant "
-            f"CAP_PERFMON, or lower it (sysctl kernel.perf_event_paranoid=1)")
-    if exc.errno == errno.ESRCH:
-        return UserError(f"{what}: no such process")
-    if exc.errno == errno.EMFILE:
-        return UserError(f"{what}: too many open files: raise the limit (ulimit -n)")
-    return UserError(f"{what}: perf_event_open failed: {exc.strerror}")
+    kind = MissingPrivilege if exc.errno in (errno.EACCES, errno.EPERM) else UserError
+    return kind(pe.advice(exc, what))
 
 
 def sample_period(event: str, rate_hz: int, cycles_hz: float) -> int:
@@ -125,10 +116,11 @@ class PerfSource:
         self._threads = [-1] if pid is None else (
             [pid] if enable_on_exec else process_threads(pid))
         self._ended = False
+        self.not_opened: dict[str, str] = {}    # group member -> why it did not open
         self.samples = self.lost = self.throttled = 0
         self._fixed_period = period
         if cycles_hz is None:
-            cycles_hz = base_frequency_hz()[0] or 3e9
+            cycles_hz = base_frequency_hz()[0]
         try:
             self.event, self.counted = self._open(event, counts, msr_pmu, cycles_hz, pages)
         except BaseException:
@@ -143,6 +135,7 @@ class PerfSource:
             "sample_rate_hz": rate_hz,
             "sample_period": self._period,
             "counted": list(self.counted),
+            "not_taken": dict(self.not_opened),
             "target": f"pid {pid}" if pid is not None else "cpus " + ",".join(map(str, self.cpus)),
             "clock": "CLOCK_MONOTONIC",
         }
@@ -157,6 +150,7 @@ class PerfSource:
             raise UserError(f"unknown sampling event {event!r}: use one of auto, {', '.join(EVENTS)}")
         candidates = ["cycles", "cpu-clock"] if event == "auto" else [event]
         for i, name in enumerate(candidates):
+            self.not_opened = {}
             self._period = self._fixed_period or sample_period(name, self.rate_hz, cycles_hz)
             wanted = [m for m in ("instructions", "cycles") if m != name and counts]
             wanted += [c for c in perf_msr.available_columns()] if msr_pmu else []
@@ -201,6 +195,9 @@ class PerfSource:
             group = self._open_group(name, (member,), self._threads[0], self.cpus[0])
         except OSError as exc:
             if exc.errno in NO_EVENT:
+                self.not_opened[member] = (f"not in a group sampling {name}: " +
+                                           pe.advice(exc, f"counting {member}",
+                                                     virtual=read_cpuinfo().hypervisor))
                 return False
             raise
         for fd in group.fds:
@@ -241,10 +238,6 @@ class PerfSource:
         return group
 
     # --- reading ---------------------------------------------------------
-
-    def enable(self) -> None:
-        for group in self._groups:
-            pe.enable(group.leader)
 
     def batches(self) -> Iterator[SampleBatch]:
         poller = select.poll()

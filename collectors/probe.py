@@ -7,7 +7,6 @@ opens the perf event) rather than guessing from the CPU model.
 
 from __future__ import annotations
 
-import errno
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ import numpy as np
 
 from phasewatch.errors import UserError
 
-from . import cpufreq, cpuidle, hwmon, msr, perf_event as pe, perf_msr, powercap
+from . import cpufreq, cpuidle, hwmon, msr, perf_event as pe, perf_msr, powercap, registry
 from .cpuinfo import base_frequency_hz, read_cpuinfo
 
 SAMPLER_RATE = "1 kHz per CPU (sampler)"
@@ -41,6 +40,7 @@ class Roots:
     proc: str = "/proc"
     powercap: str = powercap.DEFAULT_ROOT
     hwmon: str = hwmon.DEFAULT_ROOT
+    kmod: str = "/dev/phasewatch"
 
     @property
     def cpu(self) -> str:
@@ -72,7 +72,12 @@ def probe(cpu: int = 0, msr_path: str = msr.DEFAULT_PATH, roots: Roots | None = 
         "base_frequency_hz": base_hz, "base_frequency_from": base_from,
         "perf_event_paranoid": pe.paranoid(roots.proc), "msr_path": msr_path,
     }
-    return {"host": host, "signals": [asdict(r) for r in rows]}
+    offers = registry.survey(registry.Host(cpu, msr_path, roots.kmod, roots.powercap, roots.sys))
+    taken, passed = registry.candidates(offers)
+    return {"host": host, "signals": [asdict(r) for r in rows],
+            "sources": [{**offer.as_dict(), "description": registry.REGISTRY[name].description}
+                        for name, offer in offers.items()],
+            "auto": taken[0] if taken else None}
 
 
 # --- MSRs ----------------------------------------------------------------------
@@ -81,7 +86,7 @@ def voltage_row(regs, msr_reason, msr_source, model, virtual: bool, roots: Roots
     row = Row("core voltage", "voltage", False, unit="V")
     raw = regs.get("perf_status")
     if isinstance(raw, int):
-        row.available, row.source, row.rate = True, f"{msr_source} 0x198 bits 47:32", SAMPLER_RATE
+        row.available, row.source, row.rate = True, f"{msr_source} {msr.REGISTERS['perf_status']:#x} bits 47:32", SAMPLER_RATE
         row.value = float(msr.voltage_volts(raw))
         return row
     if model.voltage_source == "hwmon" and model.hwmon_voltage:
@@ -146,7 +151,6 @@ class PerfChecks:
         self.cpu = cpu
         self.virtual = virtual
         self.sys_root = sys_root
-        self.level = pe.paranoid()
 
     def _try(self, attr: pe.Attr, pid: int = 0, cpu: int = -1) -> str | None:
         """None if the event opens, else the one-line reason and fix."""
@@ -158,16 +162,7 @@ class PerfChecks:
         return None
 
     def reason(self, exc: OSError) -> str:
-        if exc.errno in (errno.EACCES, errno.EPERM):
-            return (f"perf_event_paranoid={self.level}: run as root or lower it "
-                    f"(sysctl kernel.perf_event_paranoid=1)")
-        if exc.errno in (errno.ENOENT, errno.EOPNOTSUPP, errno.ENODEV):
-            if self.virtual:
-                return "no hardware PMU: virtual machine (enable PMU passthrough in the hypervisor)"
-            return "no hardware PMU: the kernel has no driver for this CPU's counters"
-        if exc.errno == errno.ENOSYS:
-            return "perf_event_open is not available: kernel built without CONFIG_PERF_EVENTS"
-        return f"perf_event_open failed: {exc.strerror}"
+        return pe.advice(exc, virtual=self.virtual)
 
     def counter_row(self, name: str) -> Row:
         config = pe.HW_INSTRUCTIONS if name == "instructions" else pe.HW_CPU_CYCLES

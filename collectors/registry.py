@@ -12,8 +12,9 @@ where it offers nothing), and an ``open`` that starts it for a target.
     The model-specific registers read by the 1 kHz sampler: ``/dev/cpu/N/msr``
     (msr-safe's batch device where installed), else the perf ``msr`` PMU for
     the counters it has; plus RAPL package energy where ``powercap`` offers it.
-    Opened for a target, its readings are joined by time and CPU onto perf's
-    IP samples (:mod:`.merge`), so every row has what the pipeline needs.
+    Its readings are joined by time and CPU onto perf's IP samples
+    (:mod:`.merge`), so every row has what the pipeline needs; where perf
+    does not open, the sampler's rows go alone (the reason is recorded).
 ``perf``
     perf_event: IP samples at 1 kHz (cycles, else cpu-clock), instructions and
     cycles where there is a hardware PMU, tsc/aperf/mperf/pperf from the perf
@@ -128,17 +129,17 @@ def survey(host: Host | None = None) -> dict[str, Offer]:
     return {name: entry.check(host) for name, entry in REGISTRY.items()}
 
 
-def choose(offers: dict[str, Offer]) -> tuple[str, dict[str, str]]:
-    """The entry ``auto`` takes, and why each one before it was passed over."""
-    passed = {}
+def candidates(offers: dict[str, Offer]) -> tuple[list[str], dict[str, str]]:
+    """The entries ``auto`` would take, best first, and why the others were passed over."""
+    taken, passed = [], {}
     for name in AUTO_ORDER:
         extra = set(offers[name].columns) - set(offers["perf"].columns)
         if offers[name].available and (name == "perf" or extra):
-            return name, passed
-        passed[name] = offers[name].reason or \
-            f"adds nothing to perf ({', '.join(offers[name].columns[2:])}: {offers[name].detail})"
-    raise UserError("no source of samples on this host: " +
-                    "; ".join(f"{n}: {r}" for n, r in passed.items()))
+            taken.append(name)
+        else:
+            passed[name] = offers[name].reason or \
+                f"adds nothing to perf ({', '.join(offers[name].columns[2:])}: {offers[name].detail})"
+    return taken, passed
 
 
 def open_source(choice: str = "auto", *, pid: int | None = None, cpus=None,
@@ -149,16 +150,24 @@ def open_source(choice: str = "auto", *, pid: int | None = None, cpus=None,
         raise UserError(f"unknown source {choice!r}: choose one of {', '.join(CHOICES)}")
     host = host or Host(msr_path=msr_path)
     target = Target(pid, list(cpus) if cpus is not None else None, rate_hz, perf_options)
-    passed: dict[str, str] = {}
     if choice == "auto":
-        choice, passed = choose(survey(host))
+        taken, passed = candidates(survey(host))
     else:
         offer = REGISTRY[choice].check(host)
         if not offer.available:
             raise UserError(f"source {choice} is not available: {offer.reason}")
-    source = REGISTRY[choice].open(host, target)
-    source.metadata.setdefault("not_taken", {}).update(passed)
-    return source
+        taken, passed = [choice], {}
+    for name in taken:
+        try:
+            source = REGISTRY[name].open(host, target)
+        except (OSError, UserError) as exc:     # an entry that checked out but would not start
+            passed[name] = f"did not open: {exc}"
+            continue
+        source.metadata.setdefault("not_taken", {}).update(
+            {n: r for n, r in passed.items() if n != name})
+        return source
+    raise UserError("no source of samples opened: " +
+                    "; ".join(f"{n}: {r}" for n, r in passed.items()))
 
 
 # --- kmod ----------------------------------------------------------------------
@@ -170,8 +179,8 @@ def check_kmod(host: Host) -> Offer:
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        return Offer("kmod", reason=f"no {path}: load the kernel module (kmod/README.md: "
-                                    f"make kmod, insmod kmod/phasewatch.ko)")
+        return Offer("kmod", reason=f"no {path}: load the kernel module "
+                                    f"(modprobe phasewatch; kmod/README.md installs it)")
     except OSError as exc:
         return Offer("kmod", reason=f"cannot stat {path}: {exc.strerror}")
     if not stat.S_ISCHR(mode):
@@ -209,8 +218,6 @@ def check_msr(host: Host) -> Offer:
 def open_msr(host: Host, target: Target):
     from .merge import MergedSource
     sampler = open_sampler(host, target)
-    if target.pid is None:
-        return sampler
     try:
         ips = open_perf(host, target, msr_pmu=False)
     except UserError as exc:

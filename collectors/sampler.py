@@ -96,9 +96,9 @@ class Sampler:
 
     def start(self) -> "Sampler":
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="phasewatch-sampler",
-                                            daemon=True)
-            self._thread.start()
+            thread = threading.Thread(target=self._run, name="phasewatch-sampler", daemon=True)
+            thread.start()
+            self._thread = thread      # only once started: close() may run on another thread
         return self
 
     def _blocks(self):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from phasewatch.collectors import kmod_source as ks
+from phasewatch.collectors.msr import REGISTERS
 
 KMOD = Path(__file__).resolve().parent.parent / "kmod"
 
@@ -98,7 +99,7 @@ def test_msr_order_matches_allowlist_enum(c_layout):
 
 def test_msr_addresses_match_module_allowlist():
     source = (KMOD / "phasewatch.c").read_text()
-    for name, addr in zip(ks.MSRS, ks.MSR_ADDRESSES):
+    for name, addr in ((n, REGISTERS[n]) for n in ks.MSRS):
         assert f"[PW_MSR_{name.upper()}]" in source
         line = next(l for l in source.splitlines() if f"[PW_MSR_{name.upper()}]" in l)
         assert int(line.split("=")[1].strip(" ,"), 16) == addr, name

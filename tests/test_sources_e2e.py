@@ -111,10 +111,13 @@ def test_run_source_msr_samples_voltage_and_pfreq_and_finds_the_two_halves(fake_
     phases = [iv["phase"] for iv in map(json.loads, out.read_text().splitlines())]
     assert len(phases) >= 20, phases
     first, last = phases[0], phases[-1]
-    switch = phases.index(last)
-    assert first != last and phases[:switch] == [first] * switch, phases
-    assert set(phases[switch + 1:]) == {last}, phases        # no phase after the halves
-    assert 0.25 < switch / len(phases) < 0.75, phases
+    assert first != last, phases
+    head = next(i for i, p in enumerate(phases) if p != first)
+    tail = len(phases) - next(i for i, p in enumerate(reversed(phases)) if p != last)
+    # One phase per half; the one interval that straddles the switch mixes
+    # both halves' samples and may open a phase of its own.
+    assert tail - head <= 1, phases
+    assert 0.25 < head / len(phases) < 0.75, phases
     rows = {row["phase"]: row for row in summary["phases"]}
     assert rows[first]["voltage_mv"] == pytest.approx(1000 * VOLTS[0], abs=1)
     assert rows[last]["voltage_mv"] == pytest.approx(1000 * VOLTS[1], abs=1)

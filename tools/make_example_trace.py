@@ -23,7 +23,7 @@ from phasewatch.trace import TraceWriter
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="trace file to write")
-    parser.add_argument("--csv", action="store_true", help="write raw CSV (DESIGN §4 columns)")
+    parser.add_argument("--csv", action="store_true", help="write raw CSV (columns: docs/formats.md)")
     parser.add_argument("--samples", type=int, default=0,
                         help="repeat the schedule until at least this many samples")
     parser.add_argument("--interval", type=int, default=100_000_000,
