@@ -182,6 +182,13 @@ class Worker:
         return self.live.dropped_samples
 
 
+def detector_for(worker: Worker, config: daemon_config.Config) -> str:
+    """The detector the config asks for, as the worker's signals allow."""
+    if source_is_live(worker.source):
+        return choose_detector(config.detector, worker.signals)
+    return config.detector
+
+
 def source_is_live(source) -> bool:
     return not isinstance(source, PacedReplay)
 
@@ -318,6 +325,8 @@ class Daemon:
         try:
             new = daemon_config.with_flags(daemon_config.load(self.config_path), self.args)
             check_exposure(new)
+            for w in self.workers:
+                detectors.check_signals(detector_for(w, new), w.signals)
         except UserError as exc:
             log(f"reload refused, keeping the running config: {exc}")
             self.notifier.ready()
@@ -335,7 +344,7 @@ class Daemon:
                    if getattr(old, k) != getattr(new, k)]
         for w in self.workers:
             w.targets.max_phases, w.targets.grace_s = new.max_phases, new.grace_seconds
-            detector = new.detector if not source_is_live(w.source) else w.detector
+            detector = detector_for(w, new)
             if detector_params(new, detector) != w.params.detector:
                 w.params = Params(w.params.interval, w.params.histograms,
                                   detector_params(new, detector))

@@ -3,10 +3,15 @@ and a watched process by pid, while a real program runs."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
+from types import SimpleNamespace
 
 import pytest
+
+from phasewatch.errors import UserError
+from phasewatch.live_sources import CGROUP_ROOT, process_targets
 
 from daemonutil import Daemon
 
@@ -53,3 +58,31 @@ def test_a_process_target_that_ends_leaves_the_metrics_after_the_grace_period(ab
     finally:
         workload.kill()
         workload.wait()
+
+
+def test_a_command_target_resolves_to_its_running_process(abab):
+    workload = subprocess.Popen([str(abab), "30"])
+    try:
+        config = SimpleNamespace(pids=(), commands=("abab",), cgroups=())
+        deadline = time.monotonic() + 10
+        while (found := dict(process_targets(config))) == {} and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # Other programs called abab may run on this host too: one target each.
+        mine = [name for name, pid in found.items() if pid == workload.pid]
+        assert mine in (["comm:abab"], [f"comm:abab:{workload.pid}"]), found
+        assert len(found) == 1 or all(n == f"comm:abab:{p}" for n, p in found.items())
+    finally:
+        workload.kill()
+        workload.wait()
+
+
+def test_a_cgroup_target_resolves_to_its_processes():
+    with pytest.raises(UserError, match="no cgroup /no/such/group"):
+        process_targets(SimpleNamespace(pids=(), commands=(), cgroups=("/no/such/group",)))
+    own = open("/proc/self/cgroup").read().splitlines()[-1]
+    if not own.startswith("0::") or not os.path.exists(f"{CGROUP_ROOT}/cgroup.procs"):
+        pytest.skip("no cgroup v2 hierarchy at /sys/fs/cgroup on this host (cgroup v1)")
+    group = own[3:]
+    found = process_targets(SimpleNamespace(pids=(), commands=(), cgroups=(group,)))
+    assert os.getpid() in [pid for _, pid in found]
+    assert found[0][0] == f"cgroup:{group}"
