@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from types import SimpleNamespace
 
 from . import __version__, daemon_config, detectors, metadata as md
@@ -105,8 +106,9 @@ class Worker:
 
     def __init__(self, name: str, source, meta: dict, signals, config, *, target=None,
                  host_signals: bool = True, publisher: Publisher | None = None,
-                 clock_ns=lambda t_ns: t_ns):
+                 clock_ns=lambda t_ns: t_ns, pid: int | None = None):
         self.name = name
+        self.pid = pid
         self.source = source
         self.meta = meta
         self.signals = tuple(signals)
@@ -199,9 +201,9 @@ def open_replay(config) -> tuple[PacedReplay, dict, tuple]:
     return PacedReplay(reader, config.replay_speed), meta, tuple(reader.signals)
 
 
-def open_live_sources(config) -> list[tuple[str, object, dict, tuple, str | None]]:
+def open_live_sources(config) -> list[tuple[str, object, dict, tuple, str | None, int | None]]:
     """The live sources the config asks for, as (name, source, metadata,
-    signals, target): one system-wide over the CPUs, and one per watched process.
+    signals, target, pid): one system-wide over the CPUs, and one per watched process.
     All live sources are opened here and nowhere else in the daemon."""
     from .live_sources import open_live
     return open_live(config, warn=log)
@@ -219,6 +221,8 @@ class Daemon:
         self.workers: list[Worker] = []
         self._stop = threading.Event()
         self._reload = threading.Event()
+        self._last_tick = 0.0
+        self._last_scan = time.monotonic()
 
     # --- start -------------------------------------------------------------
 
@@ -248,9 +252,10 @@ class Daemon:
             self.workers.append(Worker("replay", source, meta, signals, c,
                                        publisher=self.publisher, clock_ns=source.clock_ns))
             return
-        for name, source, meta, signals, target in open_live_sources(c):
+        for name, source, meta, signals, target, pid in open_live_sources(c):
             self.workers.append(Worker(name, source, meta, signals, c, target=target,
-                                       host_signals=target is None, publisher=self.publisher))
+                                       host_signals=target is None, publisher=self.publisher,
+                                       pid=pid))
 
     def _serve_metrics(self) -> None:
         self.counts.samples = lambda: sum(w.samples for w in self.workers)
@@ -296,10 +301,14 @@ class Daemon:
 
     def _upkeep(self, reported_end: set) -> None:
         now = time.monotonic()
-        if now - getattr(self, "_last_tick", 0.0) >= 1.0:
+        if now - self._last_tick >= 1.0:
             self._last_tick = now
             for w in self.workers:
                 w.tick()
+            self._drop_finished()
+        if now - self._last_scan >= self.config.rescan_seconds:
+            self._last_scan = now
+            self._rescan()
         if self.publisher:
             self.publisher.poll()
         for w in self.workers:
@@ -310,6 +319,38 @@ class Daemon:
                 else:
                     log(f"{w.name}: the source ended after {w.samples:,} samples; "
                         f"still serving the last state")
+
+    def _rescan(self) -> None:
+        """Watch processes of the configured commands and cgroups that started since."""
+        c = self.config
+        if c.source == "replay" or not (c.commands or c.cgroups):
+            return
+        from .live_sources import open_process, process_targets
+        watched = {w.pid for w in self.workers if w.pid is not None and not w.ended.is_set()}
+        try:
+            found = [(t, pid) for t, pid in process_targets(replace(c, pids=()))
+                     if pid not in watched]
+        except UserError as exc:
+            log(f"looking for targets: {exc}")
+            return
+        for target, pid in found:
+            try:
+                name, source, meta, signals, target, pid = open_process(c, target, pid)
+            except UserError as exc:
+                log(f"{target}: {exc}")
+                continue
+            worker = Worker(name, source, meta, signals, c, target=target, host_signals=False,
+                            publisher=self.publisher, pid=pid)
+            self.workers.append(worker.start())
+            log(f"watching {target}")
+
+    def _drop_finished(self) -> None:
+        """Workers of processes that ended, once their targets have left the metrics."""
+        done = [w for w in self.workers if w.ended.is_set() and w.pid is not None
+                and w.error is None and not w.targets.by_name]
+        for w in done:
+            w.stop(timeout=0.1)
+            self.workers.remove(w)
 
     def _handle_signals(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
@@ -338,7 +379,7 @@ class Daemon:
         """Detector settings, caps and the sample stream change at once; the
         source, targets and listening addresses at the next start."""
         old, self.config = self.config, new
-        restart = [k for k in ("source", "trace", "cpus", "pids", "commands", "cgroups",
+        restart = [k for k in ("source", "trace", "cpus", "pids",
                                "metrics", "zmq", "record", "msr_path", "rate_hz",
                                "interval_instructions", "interval_ms")
                    if getattr(old, k) != getattr(new, k)]

@@ -30,6 +30,7 @@ class Config:
     pids: tuple[int, ...] = ()
     commands: tuple[str, ...] = ()
     cgroups: tuple[str, ...] = ()
+    rescan_seconds: float = 10.0
     detector: str = "vpf"
     threshold: float = DEFAULT_THRESHOLD
     adaptive: bool = False
@@ -113,6 +114,7 @@ SCHEMA = {
         "pids": ("pids", list, _pids),
         "commands": ("commands", list, _strings),
         "cgroups": ("cgroups", list, _strings),
+        "rescan_seconds": ("rescan_seconds", (int, float), _positive),
     },
     "detector": {
         "name": ("detector", str, _one_of(DETECTORS)),

@@ -3,8 +3,9 @@
 Targets become sources: the CPUs system-wide are one source (its rows routed
 to one pipeline per CPU), and each watched process is a source of its own
 (its threads' samples, one pipeline).  Processes named by command or cgroup
-are the ones that exist when the daemon starts.  A process target that ends
-leaves the metrics after the grace period.
+are looked for again every ``rescan_seconds``, so one started later is
+watched too.  A process target that ends leaves the metrics after the grace
+period.
 """
 
 from __future__ import annotations
@@ -63,22 +64,28 @@ def live_metadata(source) -> dict:
         counter_scope=source.metadata.get("counter_scope", "cpu"))
 
 
-def open_live(config, warn) -> list[tuple[str, object, dict, tuple, str | None]]:
+def open_process(config, target: str, pid: int):
+    """(name, source, metadata, signals, target, pid) for one watched process."""
+    source = open_source(config.source, pid=pid, msr_path=config.msr_path,
+                         rate_hz=config.rate_hz, wakeup=WAKEUP_SAMPLES, poll_ms=POLL_MS)
+    return target, source, live_metadata(source), tuple(source.signals), target, pid
+
+
+def open_live(config, warn) -> list[tuple[str, object, dict, tuple, str | None, int | None]]:
     opened = []
     try:
         if config.cpus:
             cpus = None if config.cpus == "all" else list(config.cpus)
             source = open_source(config.source, cpus=cpus, msr_path=config.msr_path,
                                  rate_hz=config.rate_hz, wakeup=WAKEUP_SAMPLES, poll_ms=POLL_MS)
-            opened.append(("cpus", source, live_metadata(source), tuple(source.signals), None))
+            opened.append(("cpus", source, live_metadata(source), tuple(source.signals), None,
+                           None))
         for target, pid in process_targets(config):
-            source = open_source(config.source, pid=pid, msr_path=config.msr_path,
-                                 rate_hz=config.rate_hz, wakeup=WAKEUP_SAMPLES, poll_ms=POLL_MS)
-            opened.append((target, source, live_metadata(source), tuple(source.signals), target))
+            opened.append(open_process(config, target, pid))
     except BaseException:
         for _, source, *_ in opened:
             source.close()
         raise
-    if not opened:
+    if not opened and not (config.commands or config.cgroups):
         raise UserError("no targets: set [targets] cpus, pids, commands or cgroups")
     return opened

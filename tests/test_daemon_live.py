@@ -86,3 +86,26 @@ def test_a_cgroup_target_resolves_to_its_processes():
     found = process_targets(SimpleNamespace(pids=(), commands=(), cgroups=(group,)))
     assert os.getpid() in [pid for _, pid in found]
     assert found[0][0] == f"cgroup:{group}"
+
+
+@pytest.mark.slow
+def test_a_command_started_after_the_daemon_is_watched(abab, tmp_path):
+    config = tmp_path / "comm.toml"
+    config.write_text('[source]\nkind = "perf"\n[targets]\ncpus = []\ncommands = ["abab"]\n'
+                      'rescan_seconds = 1.0\n[detector]\nname = "vpf-ip"\ninterval_ms = 100\n')
+    with Daemon("--config", config) as d:
+        d.wait_ready()
+        workload = subprocess.Popen([str(abab), "20"])
+        try:
+            deadline = time.monotonic() + 60
+            names = ("comm:abab", f"comm:abab:{workload.pid}")
+            while not any((d.metric("phasewatch_intervals_total", target=n) or 0) >= 3
+                          for n in names):
+                assert time.monotonic() < deadline, d.metrics_text()[-2000:]
+                time.sleep(0.5)
+            assert d.proc.poll() is None
+        finally:
+            workload.kill()
+            workload.wait()
+    code, err = d.stop()
+    assert "watching comm:abab" in err
