@@ -169,13 +169,17 @@ class Worker:
         if gone and self.host is not None:
             self.host.forget([int(n[3:]) for n in gone if n.startswith("cpu")])
 
-    def stop(self, timeout: float) -> None:
+    def request_stop(self) -> None:
         self.live.stop()
         if hasattr(self.source, "stop"):
             self.source.stop()
+
+    def stop(self, timeout: float) -> None:
+        """Stop, wait for the loop (within ``timeout``), close the source and trace."""
+        self.request_stop()
         self.thread.join(timeout)
-        if self.feed.join(timeout=0.2):
-            self.source.close()
+        if self.feed.join(timeout=0.05):
+            self.source.close()     # never under a reader still inside it
         if self.trace is not None:
             self.trace.close()
 
@@ -397,6 +401,8 @@ class Daemon:
 
     def close(self) -> None:
         deadline = time.monotonic() + STOP_WITHIN_S * 0.75
+        for w in self.workers:
+            w.request_stop()        # all at once: each loop ends within its poll
         for w in self.workers:
             w.stop(timeout=max(deadline - time.monotonic(), 0.05))
         if self.server is not None:
