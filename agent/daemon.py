@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from types import SimpleNamespace
 
 from . import __version__, daemon_config, detectors, metadata as md
@@ -139,7 +139,8 @@ class Worker:
     def _trace(self, directory: str) -> TraceWriter:
         stamp = time.strftime("%Y%m%dT%H%M%S")
         path = os.path.join(directory, f"phasewatchd-{platform.node()}-{self.name}-{stamp}.arrow")
-        meta = dict(self.meta, recorded_by="phasewatchd")
+        # The intervals the daemon used, so that a replay splits alike.
+        meta = dict(self.meta, recorded_by="phasewatchd", interval=asdict(self.params.interval))
         return TraceWriter(path, meta, self.signals)
 
     def start(self) -> "Worker":
