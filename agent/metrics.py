@@ -9,11 +9,16 @@ conventions).
 from __future__ import annotations
 
 import os
+import socket
+import ssl
+import threading
 from typing import Callable
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                     HistogramMetricFamily, InfoMetricFamily)
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.process_collector import ProcessCollector
 
 from . import __version__
@@ -147,13 +152,43 @@ def registry_for(collector: PhasewatchCollector) -> CollectorRegistry:
     return registry
 
 
-def serve(registry: CollectorRegistry, host: str, port: int, tls: dict | None = None):
-    """Serve /metrics on host:port (with TLS and client certificates if ``tls``
-    names them); returns the server, to shut it down."""
-    tls = tls or {}
-    server, _ = start_http_server(port, addr=host, registry=registry,
-                                  certfile=tls.get("certfile"), keyfile=tls.get("keyfile"),
-                                  client_cafile=tls.get("client_cafile"),
-                                  client_auth_required=bool(tls.get("client_cafile")))
-    return server
+class _Server(ThreadingWSGIServer):
+    """prometheus_client's threading server, for the address family of the host."""
 
+    def handle_error(self, request, client_address) -> None:
+        """A client that sent garbage or hung up ends its own connection, quietly."""
+
+
+class _Handler(WSGIRequestHandler):
+    #: A client that connects and then says nothing loses its connection after
+    #: this many seconds; it only ever holds its own thread.
+    timeout = 10
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def serve(registry: CollectorRegistry, host: str, port: int, tls: dict | None = None):
+    """Serve /metrics on host:port, with TLS and client certificates if ``tls``
+    names them; returns the server, to shut it down.
+
+    prometheus_client's ``start_http_server`` less one flaw: there the TLS
+    handshake runs in the accepting thread, so one client that connects and
+    sends nothing stops every scrape.  Here it runs in the connection's own
+    thread (``do_handshake_on_connect=False``: OpenSSL shakes hands on the
+    first read)."""
+    tls = tls or {}
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    server_class = type("MetricsServer", (_Server,), {"address_family": family})
+    server = make_server(host, port, make_wsgi_app(registry), server_class, handler_class=_Handler)
+    if tls.get("certfile"):
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(tls["certfile"], tls.get("keyfile"))
+        if tls.get("client_cafile"):
+            context.load_verify_locations(cafile=tls["client_cafile"])
+            context.verify_mode = ssl.CERT_REQUIRED
+        server.socket = context.wrap_socket(server.socket, server_side=True,
+                                            do_handshake_on_connect=False)
+    threading.Thread(target=server.serve_forever, name="phasewatchd-metrics", daemon=True).start()
+    return server

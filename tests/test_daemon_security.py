@@ -4,6 +4,7 @@ the daemon offers beyond loopback, tried on loopback with real keys."""
 from __future__ import annotations
 
 import shutil
+import socket
 import ssl
 import subprocess
 import time
@@ -62,6 +63,10 @@ def test_metrics_over_tls_require_a_client_certificate(pki, trace, tmp_path):
             except OSError:
                 time.sleep(0.2)
         assert "phasewatch_build_info" in body
+        silent = socket.create_connection(("127.0.0.1", port))   # connects, never speaks
+        body = urllib.request.urlopen(url, context=with_cert, timeout=5).read().decode()
+        assert "phasewatch_build_info" in body                     # others are served
+        silent.close()
         with pytest.raises((ssl.SSLError, OSError)):
             urllib.request.urlopen(url, context=without, timeout=5).read()
         with pytest.raises(OSError):                                   # plain HTTP
