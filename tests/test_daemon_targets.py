@@ -129,4 +129,6 @@ def test_a_day_of_samples_keeps_the_resident_set_flat():
     assert state.intervals > 2_000_000
     # After warm-up (first tenth), the resident set grows by less than 8 MiB.
     settled = rss[len(rss) // 10:]
+    print(f"resident set over a day of samples: {settled[0] >> 20} MiB after a tenth, "
+          f"{max(settled) >> 20} MiB at most, {rss[-1] >> 20} MiB at the end")
     assert max(settled) - settled[0] < 8 << 20, [r >> 20 for r in rss]
