@@ -20,6 +20,8 @@ COMMANDS = {
     "report": ("cmd_report", "draw the phases of a run: an HTML page and a PNG"),
     "eval": ("cmd_eval", "compare two phase labellings (results, labels, SimPoint labels)"),
     "export": ("cmd_export", "write phases in another tool's format (SimPoint)"),
+    "subscribe": ("cmd_subscribe", "print phasewatchd's ZeroMQ events as they come"),
+    "proxy": ("cmd_proxy", "join many phasewatchd publishers into one ZeroMQ endpoint"),
 }
 
 

@@ -169,7 +169,7 @@ def watch(args, child: Child, source: Source) -> int:
             status = StatusLine(os.path.basename(child.argv[0]))
             live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
                            status=status, lost_samples=lambda: source.stats()["lost_samples"],
-                           every_second=symbolizer.snapshot, before_feed=maps.before_feed)
+                           every_second=symbolizer.snapshot, taps=[maps.before_feed])
             with status:
                 live.run()
             exit_status = child.wait()
