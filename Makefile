@@ -9,7 +9,7 @@ STAMP_PIP := $(VENV)/.pip-installed
 EXAMPLE   := examples/synthetic-skylake
 BUILD     := build
 
-.PHONY: install demo test pytest bench kmod kmod-test clean
+.PHONY: install demo test pytest bench dashboards kmod kmod-test clean
 
 install: $(STAMP_PIP)
 
@@ -48,6 +48,11 @@ bench: install
 	$(PY) benchmarks/bench_replay.py
 	$(PY) benchmarks/bench_sampler.py
 	$(PY) benchmarks/bench_run.py
+
+# Grafana dashboards, built from agent/dashboards/ with grafana-foundation-sdk.
+# The emitted JSON is committed; tests/test_dashboards.py fails when it is stale.
+dashboards: install
+	$(PY) -m phasewatch.dashboards grafana/dashboards
 
 kmod:
 	$(MAKE) -C kmod
