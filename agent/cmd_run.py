@@ -30,8 +30,9 @@ from .batch import RAW_DTYPES, SampleBatch
 from .child import Child
 from .cmd_replay import (_finite, add_detector_arguments, detector_params, interval_params,
                          open_output, summary_dict, warn)
+from .collectors import msr
 from .collectors.cpuinfo import base_frequency_hz, read_cpuinfo
-from .collectors.perf_source import PerfSource
+from .collectors.registry import CHOICES, open_source
 from .errors import UserError
 from .live import LiveRun, SourceThread
 from .params import HistogramParams, IntervalParams, Params
@@ -39,6 +40,7 @@ from .phase_functions import PhaseFunctions
 from .pipeline import Pipeline
 from .report import console, phase_table, summary_lines
 from .results import JsonLinesSink, PhaseSummary
+from .source import Source
 from .status import StatusLine
 from .symbols import Symbolizer
 from .trace import TraceWriter
@@ -67,6 +69,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cpu", type=int, metavar="N",
                         help="pin CMD to CPU N (default: the least loaded CPU)")
     parser.add_argument("--no-pin", action="store_true", help="let CMD run on any CPU")
+    parser.add_argument("--source", choices=CHOICES, default="auto",
+                        help="where samples come from: the kernel module, the MSRs (with perf "
+                             "for IPs), or perf alone; auto takes the first of these that "
+                             "'phasewatch probe' finds (default auto)")
+    parser.add_argument("--msr-path", default=msr.DEFAULT_PATH, metavar="TEMPLATE",
+                        help="MSR device path, {cpu} replaced by the CPU number "
+                             f"(default {msr.DEFAULT_PATH})")
     add_detector_arguments(parser)
     parser.add_argument("--record", metavar="TRACE",
                         help="also write the raw samples to TRACE, for 'phasewatch replay'")
@@ -80,8 +89,10 @@ def run(args) -> int:
     argv = command_of(args)
     check_arguments(args)
     with Child.start(argv, cpu=args.cpu, pin=not args.no_pin) as child:
-        source = PerfSource(pid=child.pid, enable_on_exec=True, rate_hz=SAMPLE_RATE_HZ,
-                            wakeup=WAKEUP_SAMPLES, poll_ms=POLL_MS)
+        source = open_source(args.source, pid=child.pid,
+                             cpus=[child.cpu] if child.cpu is not None else None,
+                             msr_path=args.msr_path, rate_hz=SAMPLE_RATE_HZ,
+                             enable_on_exec=True, wakeup=WAKEUP_SAMPLES, poll_ms=POLL_MS)
         try:
             return watch(args, child, source)
         finally:
@@ -108,8 +119,8 @@ def check_arguments(args) -> None:
         check_writable(path)
 
 
-def watch(args, child: Child, source: PerfSource) -> int:
-    signals = ("t_ns", "cpu", "tid", "ip") + tuple(source.counted)
+def watch(args, child: Child, source: Source) -> int:
+    signals = tuple(source.signals)
     detector = choose_detector(args.detector, signals)
     interval = interval_params(args, IntervalParams(), signals, warn)
     load_kernels(args, detector, interval, signals)
@@ -149,6 +160,7 @@ def watch(args, child: Child, source: PerfSource) -> int:
         "interrupted": forwarder.interrupted,
         "seconds": (child.ended_ns - child.started_ns) / 1e9,
         "detector": detector, "interval": interval.describe(), "signals": list(signals),
+        "source": source.metadata["source"], "not_taken": source.metadata.get("not_taken", {}),
         "missing_signals": missing_signals(signals),
         "samples_lost": {"ring": source.stats()["lost_samples"], "queue": feed.dropped_samples},
         "trace": args.record,
@@ -206,7 +218,7 @@ def program_text_range(symbolizer: Symbolizer) -> tuple[int, int] | None:
         return None
 
 
-def run_metadata(child: Child, source: PerfSource, signals, interval: IntervalParams,
+def run_metadata(child: Child, source: Source, signals, interval: IntervalParams,
                  text: tuple[int, int] | None) -> dict:
     info = read_cpuinfo()
     model = info.cpu_model()
@@ -215,12 +227,22 @@ def run_metadata(child: Child, source: PerfSource, signals, interval: IntervalPa
         cpu={"vendor": info.vendor, "family": info.family, "model": info.model,
              "model_name": info.model_name, "model_key": model.key},
         base_freq_mhz=base_hz / 1e6 if base_hz else None,
-        signals={name: "perf" for name in signals},
+        signals={name: source.metadata["signals"][name] for name in signals},
         interval=interval,
         histograms=HistogramParams.for_model(model, text_range=text),
         text_range=list(text) if text else None,
         command=child.argv, pinned_cpu=child.cpu, sampling=source.metadata,
-        counter_scope="thread")
+        counter_scope=source.metadata["counter_scope"],
+        voltage_source=voltage_source(model, source.metadata["signals"]))
+
+
+def voltage_source(model, signals: dict[str, str]) -> str:
+    """Where core voltage comes from: the model table's answer, except that a
+    PERF_STATUS an MSR device really answered is read even where the table
+    expects none (a virtual machine given MSR access)."""
+    if model.virtual and signals.get("perf_status") in ("msr", "msr-safe", "kmod"):
+        return "perf_status"
+    return model.voltage_source
 
 
 def pipeline_for(meta: dict, args, detector: str) -> Pipeline:
@@ -257,6 +279,8 @@ def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
               f"{pipeline.samples:,} samples, {summary.n_intervals} intervals "
               f"{pipeline.params.interval.describe()}, detector {run_info['detector']}, "
               f"threshold {pipeline.threshold:.3f}")
+    out.print(f"source: {run_info['source']}" + "".join(
+        f"; not {name}: {escape(why)}" for name, why in run_info["not_taken"].items()))
     if run_info["missing_signals"]:
         out.print("missing on this host: " + ", ".join(run_info["missing_signals"]))
     out.print(phase_table(summary, extra_columns={

@@ -82,7 +82,8 @@ class LiveRun:
                  sinks: Sequence = (), trace: TraceWriter | None = None,
                  functions: PhaseFunctions | None = None, status: StatusLine | None = None,
                  lost_samples: Callable[[], int] = lambda: 0,
-                 every_second: Callable[[], None] = lambda: None):
+                 every_second: Callable[[], None] = lambda: None,
+                 taps: Sequence[Callable[[SampleBatch], None]] = ()):
         self.source = source
         self.pipeline = pipeline
         self.sinks = list(sinks)
@@ -91,11 +92,13 @@ class LiveRun:
         self.status = status
         self.lost_samples = lost_samples
         self.every_second = every_second
+        self.taps = list(taps)
         self.phase: int | None = None
+        self.stopped = False
 
     def run(self, poll_s: float = 0.5) -> None:
         next_tick = time.monotonic() + 1.0
-        while True:
+        while not self.stopped:
             try:
                 batch = self.source.get(timeout=poll_s)
             except StopIteration:
@@ -107,9 +110,15 @@ class LiveRun:
                 self.every_second()
                 self._show()
 
+    def stop(self) -> None:
+        """End :meth:`run` within ``poll_s`` (from another thread or a signal handler)."""
+        self.stopped = True
+
     def consume(self, batch: SampleBatch) -> None:
         if self.trace is not None:
             self.trace.write(batch)
+        for tap in self.taps:
+            tap(batch)
         intervals = self.pipeline.feed(batch)
         if self.functions is not None and "ip" in batch:
             self.functions.add(batch["ip"], intervals)

@@ -99,7 +99,8 @@ class Pipeline:
         """The pipeline for samples described by trace metadata ``meta``: the
         one constructor live runs and replay share, so that both decode alike."""
         return cls(params, base_mhz=meta.get("base_freq_mhz") or 0.0,
-                   voltage_from_perf_status=cpu_model(meta).voltage_source == "perf_status",
+                   voltage_from_perf_status=(meta.get("voltage_source")
+                                             or cpu_model(meta).voltage_source) == "perf_status",
                    counter_scope=meta.get("counter_scope", "cpu"))
 
     @property

@@ -21,7 +21,6 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from phasewatch import metadata as _metadata
 from phasewatch.batch import MISSING, SampleBatch, concat
 
 DEVICE = "/dev/phasewatch"
@@ -254,8 +253,8 @@ class KmodSource:
             kmod.update(period_ns=int(cfg["period_ns"]),
                         interval_instructions=int(cfg["interval_insns"]),
                         target_tgid=int(cfg["target_tgid"]))
-        return _metadata.new(signals={n: "kmod" for n in ("tid", "ip") + tuple(self._msrs)},
-                             kmod=kmod)
+        return {"source": "kmod", "counter_scope": "cpu", "kmod": kmod,
+                "signals": {n: "kmod" for n in self.signals}}
 
     def drain(self, signals: tuple[str, ...]) -> SampleBatch:
         """Everything the rings hold now, in time order, released to the module."""
@@ -302,6 +301,9 @@ class KmodSource:
                    "intervals": sum(int(r.header["intervals"]) for r in self.rings)}
         out["lost"] = sum(r.lost for r in self.rings)
         out["batches"] = self._batches
+        out["samples"] = out["records"]
+        out["lost_samples"] = out["lost"]
+        out["errors"] = out.get("msr_faults", 0)
         return out
 
     def close(self) -> None:

@@ -77,6 +77,37 @@ def msr_safe_present(cpu: int = 0) -> bool:
     return os.path.exists(MSR_SAFE_PATH.format(cpu=cpu)) and os.path.exists(MSR_SAFE_BATCH)
 
 
+def read_registers(cpu: int, path_template: str) -> tuple[dict[str, object], str | None, str]:
+    """Every register of :data:`REGISTERS` on ``cpu``: name -> raw value,
+    or name -> OSError; plus the reason the device did not open, if it did not."""
+    path = path_template.format(cpu=cpu)
+    if path_template == DEFAULT_PATH and msr_safe_present(cpu):
+        path = MSR_SAFE_PATH.format(cpu=cpu)
+    try:
+        fd = open_device(path)
+    except UserError as exc:
+        return {}, str(exc), path
+    values: dict[str, object] = {}
+    try:
+        for name, address in REGISTERS.items():
+            try:
+                data = os.pread(fd, 8, address)
+                values[name] = int.from_bytes(data, "little") if len(data) == 8 else \
+                    OSError(errno.EIO, "short read")
+            except OSError as exc:
+                values[name] = exc
+    finally:
+        os.close(fd)
+    return values, None, path
+
+
+def register_failure(name: str, value: OSError, path: str) -> str:
+    address = REGISTERS[name]
+    if value.errno == errno.EACCES:
+        return f"{path} refuses MSR {address:#x}: add it to msr-safe's allowlist"
+    return f"MSR {address:#x} not readable on this CPU ({os.strerror(value.errno or errno.EIO)})"
+
+
 class MsrReader:
     """Reads ``columns`` (names from :data:`REGISTERS`) of ``cpus`` into a
     ``(len(cpus), len(columns))`` uint64 array.
@@ -152,7 +183,7 @@ class MsrReader:
         self._plan()
 
     def stats(self) -> dict[str, int]:
-        return {"msr_read_errors": self.read_errors, "msr_cpus_lost": len(self.lost_cpus)}
+        return {"errors": self.read_errors, "cpus_lost": len(self.lost_cpus)}
 
     def close(self) -> None:
         for fd in self._fds:
@@ -239,7 +270,7 @@ class MsrSafeBatchReader:
             self.read_errors += int(failed.sum())
 
     def stats(self) -> dict[str, int]:
-        return {"msr_read_errors": self.read_errors, "msr_cpus_lost": len(self.lost_cpus)}
+        return {"errors": self.read_errors, "cpus_lost": len(self.lost_cpus)}
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -74,7 +74,7 @@ class PerfMsrReader:
                 self.read_errors += 1
 
     def stats(self) -> dict[str, int]:
-        return {"perf_msr_read_errors": self.read_errors}
+        return {"errors": self.read_errors}
 
     def close(self) -> None:
         for fd in self._fds:

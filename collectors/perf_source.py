@@ -134,8 +134,11 @@ class PerfSource:
         except BaseException:
             self.close()
             raise
+        self.signals = ("t_ns", "cpu", "tid", "ip") + tuple(self.counted)
         self.metadata = {
-            "source": "perf_event",
+            "source": "perf",
+            "signals": {name: "perf" for name in self.signals},
+            "counter_scope": "thread" if pid is not None else "cpu",
             "sample_event": self.event,
             "sample_rate_hz": rate_hz,
             "sample_period": self._period,
@@ -278,7 +281,8 @@ class PerfSource:
             return True
 
     def stats(self) -> dict[str, int]:
-        return {"samples": self.samples, "lost_samples": self.lost, "throttled": self.throttled}
+        return {"samples": self.samples, "lost_samples": self.lost, "errors": 0,
+                "throttled": self.throttled}
 
     def close(self) -> None:
         self._closed = True

@@ -79,6 +79,7 @@ class EnergyReader:
     """Package energy for the ``energy_pkg_uj`` column: one read per package,
     copied to the rows of the CPUs on that package."""
 
+    kind = "powercap"
     columns = ("energy_pkg_uj",)
 
     def __init__(self, cpu_packages: list[int], root: str = DEFAULT_ROOT):
@@ -106,7 +107,7 @@ class EnergyReader:
         out[:, 0] = self._values[self._row_package]
 
     def stats(self) -> dict[str, int]:
-        return {"energy_read_errors": self.read_errors}
+        return {"errors": self.read_errors}
 
     def close(self) -> None:
         for fd in self._fds:

@@ -56,7 +56,7 @@ def probe(cpu: int = 0, msr_path: str = msr.DEFAULT_PATH, roots: Roots | None = 
         raise UserError(f"cannot read {roots.proc}/cpuinfo: {exc.strerror}") from None
     model = info.cpu_model()
     base_hz, base_from = base_frequency_hz(cpu, roots.sys, roots.proc)
-    regs, msr_reason, msr_source = read_registers(cpu, msr_path)
+    regs, msr_reason, msr_source = msr.read_registers(cpu, msr_path)
     perf = PerfChecks(cpu, info.hypervisor, roots.sys)
     rows = [voltage_row(regs, msr_reason, msr_source, model, info.hypervisor, roots)]
     rows += [counter_row(name, regs, msr_reason, msr_source, perf, model)
@@ -77,37 +77,6 @@ def probe(cpu: int = 0, msr_path: str = msr.DEFAULT_PATH, roots: Roots | None = 
 
 # --- MSRs ----------------------------------------------------------------------
 
-def read_registers(cpu: int, path_template: str) -> tuple[dict[str, object], str | None, str]:
-    """Every register of :data:`msr.REGISTERS` on ``cpu``: name -> raw value,
-    or name -> OSError; plus the reason the device did not open, if it did not."""
-    path = path_template.format(cpu=cpu)
-    if path_template == msr.DEFAULT_PATH and msr.msr_safe_present(cpu):
-        path = msr.MSR_SAFE_PATH.format(cpu=cpu)
-    try:
-        fd = msr.open_device(path)
-    except UserError as exc:
-        return {}, str(exc), path
-    values: dict[str, object] = {}
-    try:
-        for name, address in msr.REGISTERS.items():
-            try:
-                data = os.pread(fd, 8, address)
-                values[name] = int.from_bytes(data, "little") if len(data) == 8 else \
-                    OSError(errno.EIO, "short read")
-            except OSError as exc:
-                values[name] = exc
-    finally:
-        os.close(fd)
-    return values, None, path
-
-
-def register_failure(name: str, value: OSError, path: str) -> str:
-    address = msr.REGISTERS[name]
-    if value.errno == errno.EACCES:
-        return f"{path} refuses MSR {address:#x}: add it to msr-safe's allowlist"
-    return f"MSR {address:#x} not readable on this CPU ({os.strerror(value.errno or errno.EIO)})"
-
-
 def voltage_row(regs, msr_reason, msr_source, model, virtual: bool, roots: Roots) -> Row:
     row = Row("core voltage", "voltage", False, unit="V")
     raw = regs.get("perf_status")
@@ -127,7 +96,7 @@ def voltage_row(regs, msr_reason, msr_source, model, virtual: bool, roots: Roots
     if model.voltage_source == "none" and not virtual:
         row.reason = f"{model.description}: no documented core-voltage register"
     elif isinstance(raw, OSError):
-        row.reason = register_failure("perf_status", raw, msr_source)
+        row.reason = msr.register_failure("perf_status", raw, msr_source)
     else:
         row.reason = msr_reason
     if virtual:
@@ -148,7 +117,7 @@ def counter_row(name, regs, msr_reason, msr_source, perf: "PerfChecks", model) -
     if name == "pperf" and not model.has_pperf and not model.virtual:
         row.reason = f"{model.description}: PPERF exists only on Intel Skylake and later"
     elif isinstance(raw, OSError):
-        row.reason = register_failure(name, raw, msr_source)
+        row.reason = msr.register_failure(name, raw, msr_source)
     else:
         row.reason = f"{msr_reason}; {pmu_reason}"
     return row
@@ -160,7 +129,7 @@ def cstate_row(name, regs, msr_reason, msr_source, model) -> Row:
     if isinstance(raw, int):
         row.available, row.source, row.rate, row.value = True, f"{msr_source} {msr.REGISTERS[name]:#x}", SAMPLER_RATE, raw
     elif isinstance(raw, OSError):
-        row.reason = register_failure(name, raw, msr_source)
+        row.reason = msr.register_failure(name, raw, msr_source)
     elif not model.has_cstate_residency and not model.virtual:
         row.reason = f"{model.description}: no core C-state residency MSRs; cpuidle sysfs is the fallback"
     else:

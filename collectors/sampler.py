@@ -54,9 +54,9 @@ def _tighten_timer_slack() -> None:
 class Sampler:
     """Samples ``readers`` for ``cpus`` at ``rate_hz`` in a background thread.
 
-    ``readers``: objects with ``columns`` (batch column names), ``read(out)``
-    filling a ``(len(cpus), len(columns))`` uint64 array, ``stats()`` and
-    ``close()``; a reader that can lose CPUs lists them in ``lost_cpus``.
+    ``readers``: :class:`phasewatch.source.Reader` objects, each filling a
+    ``(len(cpus), len(columns))`` uint64 array per tick; a reader that can
+    lose CPUs lists them in ``lost_cpus``.
     ``max_ticks`` ends the run after that many ticks (tests, benchmarks).
     """
 
@@ -71,12 +71,15 @@ class Sampler:
         self.batch_ticks = batch_ticks
         self.max_ticks = max_ticks
         self.columns = [c for r in self.readers for c in r.columns]
+        self.signals = ("t_ns", "cpu") + tuple(self.columns)
         self.metadata = {
-            "source": "sampler",
-            "readers": [getattr(r, "kind", type(r).__name__) for r in self.readers],
+            "source": "msr",
+            "readers": [r.kind for r in self.readers],
             "cpus": self.cpus.tolist(),
             "sample_rate_hz": rate_hz,
-            "signals": list(self.columns),
+            "signals": {"t_ns": "sampler", "cpu": "sampler",
+                        **{c: r.kind for r in self.readers for c in r.columns}},
+            "counter_scope": "cpu",
             "clock": "CLOCK_MONOTONIC",
             **(metadata or {}),
         }
@@ -188,11 +191,19 @@ class Sampler:
             yield batch
 
     def stats(self) -> dict[str, int]:
-        out = {"ticks": self.ticks, "missed_ticks": self.missed_ticks,
+        """``samples``: rows taken; ``lost_samples``: rows of missed ticks and of
+        batches the queue had no room for; ``errors``: values the readers could
+        not read (each reader's count also under ``<kind>_errors``)."""
+        ncpu = len(self.cpus)
+        out = {"samples": self.ticks * ncpu,
+               "lost_samples": (self.missed_ticks + self.dropped_batches * self.batch_ticks) * ncpu,
+               "errors": 0, "ticks": self.ticks, "missed_ticks": self.missed_ticks,
                "dropped_batches": self.dropped_batches, "max_late_ns": self.max_late_ns,
                "cpus_lost": len(self._lost_at)}
         for reader in self.readers:
-            out.update(reader.stats())
+            errors = reader.stats()["errors"]
+            out["errors"] += errors
+            out[f"{reader.kind}_errors"] = out.get(f"{reader.kind}_errors", 0) + errors
         return out
 
     @property
@@ -215,33 +226,3 @@ class Sampler:
     def __exit__(self, *exc):
         self.close()
 
-
-def open_sampler(cpus: Sequence[int], columns: Sequence[str] | None = None,
-                 msr_path: str | None = None, powercap_root: str | None = None,
-                 rate_hz: int = 1000, **kwargs) -> Sampler:
-    """A sampler over what this host offers: the MSR device (or msr-safe)
-    where it opens, else the perf msr PMU; plus RAPL package energy where
-    readable.  ``columns`` defaults to the CPU model's MSR columns."""
-    from . import msr, perf_msr, powercap
-    from .cpuinfo import package_of, read_cpuinfo
-
-    model = read_cpuinfo().cpu_model()
-    wanted = tuple(columns) if columns is not None else (model.msr_columns or msr.ALL_COLUMNS)
-    readers = []
-    path = msr_path or msr.DEFAULT_PATH
-    try:
-        readers.append(msr.open_reader(cpus, wanted, path))
-    except Exception:
-        if msr_path is not None:
-            raise
-        fallback = [c for c in wanted if c in perf_msr.available_columns()]
-        if not fallback:
-            raise
-        readers.append(perf_msr.PerfMsrReader(cpus, fallback))
-    try:
-        readers.append(powercap.EnergyReader([package_of(c) for c in cpus],
-                                             powercap_root or powercap.DEFAULT_ROOT))
-    except OSError:
-        pass
-    return Sampler(cpus, readers, rate_hz=rate_hz,
-                   metadata={"cpu_model": model.key}, **kwargs)

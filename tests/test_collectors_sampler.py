@@ -97,6 +97,7 @@ def test_ticks_sit_on_absolute_deadlines(tmp_path):
 class SlowOnce:
     """A reader that stalls one tick for 5 ms, as a descheduled thread would."""
 
+    kind = "msr"
     columns = ("tsc",)
 
     def __init__(self, inner, at_call=50):
@@ -135,7 +136,7 @@ def test_eio_values_are_missing_and_sampling_goes_on(tmp_path):
     cpu1 = batch["cpu"] == 1
     assert (batch["tsc"][cpu1] == MISSING).all() and (batch["aperf"][cpu1] == MISSING).all()
     assert (batch["tsc"][~cpu1] == 7).all()
-    assert sampler.stats()["msr_read_errors"] == 100
+    assert sampler.stats()["errors"] == 100
     assert sampler.stats()["ticks"] == 50
 
 
@@ -171,6 +172,7 @@ def test_counter_going_backwards_is_kept_raw(tmp_path):
     path = tmp_path / "cpu0" / "msr"
 
     class Rewind:
+        kind = "msr"
         columns = ("tsc",)
 
         def __init__(self):

@@ -1,0 +1,157 @@
+"""Two sources as one batch stream on one clock.
+
+The rows are the primary source's (perf's IP samples of the watched
+program); each row is given the register values of the secondary source (the
+MSR sampler) read last on the same CPU at or before the row's time, an "as
+of" join.  Both sources stamp CLOCK_MONOTONIC, so their times compare
+directly.  A row whose CPU has no register reading within ``tolerance_ns``
+before it gets :data:`~phasewatch.batch.MISSING` values, which the decoder
+drops like any unread value.
+
+Primary rows newer than the newest secondary reading are held back until the
+secondary has caught up (or has ended), so that no row is joined with a
+reading older than the one a moment later would give it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Iterator
+
+import numpy as np
+
+from phasewatch.batch import MISSING, RAW_DTYPES, SampleBatch, concat
+
+#: Register readings kept per CPU for the join: far more than the time the
+#: primary's rows can lag behind (one wake-up, about half a second).
+KEEP_NS = 2_000_000_000
+#: How long the end of the run waits for the secondary to pass the last rows.
+CATCH_UP_S = 0.3
+_END = object()
+
+
+def asof_join(rows: SampleBatch, regs: SampleBatch, columns, tolerance_ns: int) -> SampleBatch:
+    """``rows`` with ``columns`` taken from the latest row of ``regs`` of the
+    same CPU at or before each row's time (``regs`` in time order per CPU)."""
+    n = len(rows)
+    out = {name: rows[name] for name in rows.signals if name not in columns}
+    joined = {name: np.full(n, MISSING, RAW_DTYPES[name]) for name in columns}
+    if n and len(regs):
+        t, cpu = rows["t_ns"], rows["cpu"]
+        for c in np.unique(cpu):
+            mine = np.flatnonzero(cpu == c)
+            theirs = np.flatnonzero(regs["cpu"] == c)
+            if not len(theirs):
+                continue
+            reg_t = regs["t_ns"][theirs]
+            k = np.searchsorted(reg_t, t[mine], side="right") - 1
+            ok = k >= 0
+            ok[ok] = t[mine][ok] - reg_t[k[ok]] <= tolerance_ns
+            src = theirs[k[ok]]
+            for name in columns:
+                joined[name][mine[ok]] = regs[name][src]
+    out.update(joined)
+    return SampleBatch(out)
+
+
+class MergedSource:
+    """The rows of ``primary`` with ``columns`` of ``secondary`` joined by
+    time per CPU.  Ends when the primary ends; closes both."""
+
+    def __init__(self, primary, secondary, columns, *, tolerance_ns: int = 5_000_000):
+        self.primary = primary
+        self.secondary = secondary
+        self.columns = tuple(columns)
+        self.tolerance_ns = tolerance_ns
+        self.signals = tuple(n for n in RAW_DTYPES
+                             if n in primary.signals or n in self.columns)
+        self.metadata = {
+            "source": f"{primary.metadata['source']}+{secondary.metadata['source']}",
+            "signals": {**{n: s for n, s in primary.metadata["signals"].items()
+                           if n not in self.columns},
+                        **{n: secondary.metadata["signals"][n] for n in self.columns}},
+            "counter_scope": primary.metadata.get("counter_scope", "cpu"),
+            "merged": {"rows_from": primary.metadata["source"],
+                       "joined_from": secondary.metadata["source"],
+                       "tolerance_ns": tolerance_ns},
+            "parts": [primary.metadata, secondary.metadata],
+        }
+        self._queue: queue.Queue = queue.Queue()
+        self._regs = SampleBatch.empty(("t_ns", "cpu") + self.columns)
+        self._secondary_done = False
+        self._samples = 0
+        self._thread = threading.Thread(target=self._read_secondary, daemon=True,
+                                        name="phasewatch-merge")
+
+    def _read_secondary(self) -> None:
+        try:
+            for batch in self.secondary.batches():
+                self._queue.put(batch)
+        finally:
+            self._queue.put(_END)
+
+    def _take_secondary(self, wait_s: float = 0.0) -> None:
+        parts = []
+        deadline = time.monotonic() + wait_s
+        while not self._secondary_done:
+            try:
+                item = self._queue.get(timeout=max(deadline - time.monotonic(), 0)) \
+                    if wait_s else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is _END:
+                self._secondary_done = True
+                break
+            parts.append(SampleBatch({n: item[n] for n in ("t_ns", "cpu") + self.columns}))
+            if wait_s:
+                break
+        if parts:
+            regs = concat([self._regs] + parts)
+            keep = regs["t_ns"] >= regs["t_ns"][-1] - KEEP_NS
+            self._regs = regs if keep.all() else SampleBatch({n: c[keep] for n, c in regs.columns.items()})
+
+    def _watermark(self) -> int:
+        if self._secondary_done:
+            return np.iinfo(np.int64).max
+        return int(self._regs["t_ns"][-1]) if len(self._regs) else -1
+
+    def batches(self) -> Iterator[SampleBatch]:
+        self._thread.start()
+        pending = None
+        for batch in self.primary.batches():
+            pending = batch if pending is None else concat([pending, batch])
+            self._take_secondary()
+            ready, pending = self._split(pending)
+            if len(ready):
+                yield self._join(ready)
+        if pending is not None and len(pending):
+            last = int(pending["t_ns"].max())
+            deadline = time.monotonic() + CATCH_UP_S
+            while self._watermark() < last and time.monotonic() < deadline:
+                self._take_secondary(wait_s=0.05)
+            yield self._join(pending)
+
+    def _split(self, pending: SampleBatch) -> tuple[SampleBatch, SampleBatch]:
+        """Rows the secondary has caught up with, and the rest."""
+        ready = pending["t_ns"] <= self._watermark()
+        if ready.all():
+            return pending, SampleBatch.empty(pending.signals)
+        return (SampleBatch({n: c[ready] for n, c in pending.columns.items()}),
+                SampleBatch({n: c[~ready] for n, c in pending.columns.items()}))
+
+    def _join(self, rows: SampleBatch) -> SampleBatch:
+        self._samples += len(rows)
+        return asof_join(rows, self._regs, self.columns, self.tolerance_ns)
+
+    def stats(self) -> dict[str, int]:
+        first, second = self.primary.stats(), self.secondary.stats()
+        return {"samples": self._samples,
+                "lost_samples": first["lost_samples"] + second["lost_samples"],
+                "errors": first["errors"] + second["errors"]}
+
+    def close(self) -> None:
+        self.primary.close()
+        self.secondary.close()
+        self._thread.join(timeout=2)

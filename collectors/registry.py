@@ -1,0 +1,285 @@
+"""Every source of samples, in one registry: what ``probe`` reports is what
+``run --source`` and ``phasewatchd`` open.
+
+Each entry registers, as node_exporter's collectors do, with a name, a
+``check`` that says which batch columns it offers on this host (and why not,
+where it offers nothing), and an ``open`` that starts it for a target.
+
+``kmod``
+    The phasewatch kernel module's rings (``/dev/phasewatch``): IPs and the
+    MSRs, sampled on each CPU by the module itself.
+``msr``
+    The model-specific registers read by the 1 kHz sampler: ``/dev/cpu/N/msr``
+    (msr-safe's batch device where installed), else the perf ``msr`` PMU for
+    the counters it has; plus RAPL package energy where ``powercap`` offers it.
+    Opened for a target, its readings are joined by time and CPU onto perf's
+    IP samples (:mod:`.merge`), so every row has what the pipeline needs.
+``perf``
+    perf_event: IP samples at 1 kHz (cycles, else cpu-clock), instructions and
+    cycles where there is a hardware PMU, tsc/aperf/mperf/pperf from the perf
+    ``msr`` PMU where the kernel has it.  No voltage.
+``powercap``
+    RAPL package energy from sysfs: added to the ``msr`` sampler, not a
+    source on its own.
+
+``auto`` takes ``kmod`` where the module is loaded, else ``msr`` where the MSR
+device answers (with a register perf does not give), else ``perf``.
+
+The public entry point, for ``phasewatch run`` and the daemon::
+
+    source = open_source(choice, pid=None, cpus=None, msr_path=msr.DEFAULT_PATH,
+                         rate_hz=1000, **perf_options)
+
+``choice`` is ``"auto"``, ``"kmod"``, ``"msr"`` or ``"perf"``; ``pid`` a
+process to watch (with its threads and children), ``cpus`` the CPUs to watch
+(system-wide when ``pid`` is None; the CPUs whose registers are read when it
+is given; default: all online).  ``perf_options`` go to
+:class:`~.perf_source.PerfSource` (``enable_on_exec``, ``wakeup``, ``poll_ms``).
+The source satisfies :class:`phasewatch.source.Source`; its ``signals`` are
+its batch columns, and its ``metadata`` says what it took: ``source`` (the
+entry, e.g. ``"perf+msr"``), ``signals`` (column -> the source it came from),
+``counter_scope``, and ``not_taken`` (entry -> the reason it was passed over).
+A choice that cannot open raises :class:`~phasewatch.errors.UserError` with
+the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from typing import Callable
+
+from phasewatch.errors import UserError
+
+from . import msr, perf_msr, powercap
+from .cpuinfo import online_cpus, package_of, read_cpuinfo
+
+CHOICES = ("auto", "kmod", "msr", "perf")
+#: Order in which ``auto`` tries the entries that can stand alone.
+AUTO_ORDER = ("kmod", "msr", "perf")
+IP_COLUMNS = ("t_ns", "cpu", "tid", "ip")
+
+
+@dataclass
+class Host:
+    """Where to look: the device paths a check tries (fake trees in tests)."""
+
+    cpu: int = 0
+    msr_path: str = msr.DEFAULT_PATH
+    kmod_device: str = "/dev/phasewatch"
+    powercap_root: str = powercap.DEFAULT_ROOT
+    sys_root: str = "/sys"
+
+
+@dataclass
+class Offer:
+    """What one entry offers on this host: batch columns, or the reason for none."""
+
+    name: str
+    columns: tuple[str, ...] = ()
+    detail: str = ""
+    reason: str | None = None
+
+    @property
+    def available(self) -> bool:
+        return bool(self.columns)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "available": self.available, "columns": list(self.columns),
+                "detail": self.detail, "reason": self.reason}
+
+
+@dataclass
+class Target:
+    pid: int | None = None
+    cpus: list[int] | None = None
+    rate_hz: int = 1000
+    perf_options: dict = field(default_factory=dict)
+
+
+@dataclass
+class Entry:
+    name: str
+    description: str
+    check: Callable[[Host], Offer]
+    open: Callable[[Host, Target], object] | None     # None: adds to another entry only
+
+
+REGISTRY: dict[str, Entry] = {}
+
+
+def register(name: str, description: str):
+    """Decorator for a check; the open function is attached with ``.opener``."""
+    def wrap(check):
+        REGISTRY[name] = Entry(name, description, check, None)
+
+        def opener(fn):
+            REGISTRY[name].open = fn
+            return fn
+        check.opener = opener
+        return check
+    return wrap
+
+
+def survey(host: Host | None = None) -> dict[str, Offer]:
+    """Every entry's offer on this host, in registry order."""
+    host = host or Host()
+    return {name: entry.check(host) for name, entry in REGISTRY.items()}
+
+
+def choose(offers: dict[str, Offer]) -> tuple[str, dict[str, str]]:
+    """The entry ``auto`` takes, and why each one before it was passed over."""
+    passed = {}
+    for name in AUTO_ORDER:
+        extra = set(offers[name].columns) - set(offers["perf"].columns)
+        if offers[name].available and (name == "perf" or extra):
+            return name, passed
+        passed[name] = offers[name].reason or \
+            f"adds nothing to perf ({', '.join(offers[name].columns[2:])}: {offers[name].detail})"
+    raise UserError("no source of samples on this host: " +
+                    "; ".join(f"{n}: {r}" for n, r in passed.items()))
+
+
+def open_source(choice: str = "auto", *, pid: int | None = None, cpus=None,
+                msr_path: str = msr.DEFAULT_PATH, rate_hz: int = 1000,
+                host: Host | None = None, **perf_options):
+    """A live source for ``choice`` and the target; see the module docstring."""
+    if choice not in CHOICES:
+        raise UserError(f"unknown source {choice!r}: choose one of {', '.join(CHOICES)}")
+    host = host or Host(msr_path=msr_path)
+    target = Target(pid, list(cpus) if cpus is not None else None, rate_hz, perf_options)
+    passed: dict[str, str] = {}
+    if choice == "auto":
+        choice, passed = choose(survey(host))
+    else:
+        offer = REGISTRY[choice].check(host)
+        if not offer.available:
+            raise UserError(f"source {choice} is not available: {offer.reason}")
+    source = REGISTRY[choice].open(host, target)
+    source.metadata.setdefault("not_taken", {}).update(passed)
+    return source
+
+
+# --- kmod ----------------------------------------------------------------------
+
+@register("kmod", "the phasewatch kernel module: IPs and MSRs sampled on each CPU")
+def check_kmod(host: Host) -> Offer:
+    from .kmod_source import MSRS
+    path = host.kmod_device
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return Offer("kmod", reason=f"no {path}: load the kernel module (kmod/README.md: "
+                                    f"make kmod, insmod kmod/phasewatch.ko)")
+    except OSError as exc:
+        return Offer("kmod", reason=f"cannot stat {path}: {exc.strerror}")
+    if not stat.S_ISCHR(mode):
+        return Offer("kmod", reason=f"{path} is not a character device: reload the module")
+    if not os.access(path, os.R_OK | os.W_OK):
+        return Offer("kmod", reason=f"cannot open {path}: run as root or install "
+                                    f"kmod/99-phasewatch.rules")
+    return Offer("kmod", IP_COLUMNS + MSRS, f"{path}, on-CPU timer")
+
+
+@check_kmod.opener
+def open_kmod(host: Host, target: Target):
+    from .kmod_source import KmodSource
+    return KmodSource(host.kmod_device, cpus=target.cpus, target_tgid=target.pid or 0,
+                      period_ns=int(1e9 / target.rate_hz))
+
+
+# --- msr -----------------------------------------------------------------------
+
+@register("msr", "model-specific registers read by the 1 kHz sampler, IPs from perf")
+def check_msr(host: Host) -> Offer:
+    regs, reason, path = msr.read_registers(host.cpu, host.msr_path)
+    readable = tuple(n for n, v in regs.items() if isinstance(v, int))
+    if readable:
+        return Offer("msr", ("t_ns", "cpu") + readable, path)
+    pmu = perf_msr.available_columns(host.sys_root)
+    if pmu:
+        return Offer("msr", ("t_ns", "cpu") + pmu, f"perf msr PMU (MSR device: {reason})")
+    if regs:
+        reason = "; ".join(msr.register_failure(n, v, path) for n, v in regs.items())
+    return Offer("msr", reason=f"{reason}; no perf msr PMU either")
+
+
+@check_msr.opener
+def open_msr(host: Host, target: Target):
+    from .merge import MergedSource
+    sampler = open_sampler(host, target)
+    if target.pid is None:
+        return sampler
+    try:
+        ips = open_perf(host, target, msr_pmu=False)
+    except UserError as exc:
+        sampler.metadata.setdefault("not_taken", {})["perf"] = str(exc)
+        return sampler
+    registers = tuple(c for c in sampler.signals if c not in ("t_ns", "cpu"))
+    return MergedSource(ips, sampler, registers)
+
+
+def open_sampler(host: Host, target: Target):
+    """The sampler over the MSR device (else the perf msr PMU) and RAPL energy."""
+    from .sampler import Sampler
+    cpus = target.cpus if target.cpus is not None else online_cpus(host.sys_root)
+    model = read_cpuinfo().cpu_model()
+    offer = check_msr(host)
+    wanted = [c for c in (model.msr_columns or msr.ALL_COLUMNS) if c in offer.columns] \
+        or [c for c in offer.columns if c in msr.REGISTERS]
+    not_taken: dict[str, str] = {}
+    if offer.detail.startswith("perf msr PMU"):
+        readers = [perf_msr.PerfMsrReader(cpus, wanted, host.sys_root)]
+    else:
+        readers = [msr.open_reader(cpus, wanted, host.msr_path)]
+    energy = check_powercap(host)
+    if energy.available:
+        readers.append(powercap.EnergyReader([package_of(c, host.sys_root) for c in cpus],
+                                             host.powercap_root))
+    else:
+        not_taken["powercap"] = energy.reason
+    sampler = Sampler(cpus, readers, rate_hz=target.rate_hz,
+                      metadata={"cpu_model": model.key, "not_taken": not_taken})
+    return sampler
+
+
+# --- perf ----------------------------------------------------------------------
+
+@register("perf", "perf_event: IP sampling, instructions and cycles, the perf msr PMU")
+def check_perf(host: Host) -> Offer:
+    from .probe import PerfChecks
+    checks = PerfChecks(host.cpu, read_cpuinfo().hypervisor, host.sys_root)
+    ip = checks.ip_row()
+    if not ip.available:
+        return Offer("perf", reason=ip.reason)
+    counters = tuple(n for n in ("instructions", "cycles") if checks.counter_row(n).available)
+    return Offer("perf", IP_COLUMNS + counters + perf_msr.available_columns(host.sys_root),
+                 ip.source)
+
+
+@check_perf.opener
+def open_perf(host: Host, target: Target, msr_pmu: bool = True):
+    from .perf_source import PerfSource
+    cpus = target.cpus if target.pid is None else None
+    return PerfSource(pid=target.pid, cpus=cpus, rate_hz=target.rate_hz, msr_pmu=msr_pmu,
+                      **target.perf_options)
+
+
+# --- powercap ------------------------------------------------------------------
+
+@register("powercap", "RAPL package energy from sysfs, added to the msr sampler")
+def check_powercap(host: Host) -> Offer:
+    zones = powercap.package_zones(host.powercap_root)
+    if not zones:
+        return Offer("powercap", reason=f"no RAPL package zone under {host.powercap_root}: "
+                                        f"load the RAPL driver (modprobe intel_rapl_msr)")
+    zone = zones[min(zones)]
+    try:
+        powercap.read_energy_uj(zone)
+    except PermissionError:
+        return Offer("powercap", reason=f"{zone.path}/energy_uj is readable by root only: "
+                                        f"run as root")
+    except (OSError, ValueError) as exc:
+        return Offer("powercap", reason=f"cannot read {zone.path}/energy_uj: {exc}")
+    return Offer("powercap", ("energy_pkg_uj",), zone.path)

@@ -1,0 +1,122 @@
+"""Each live path of ``phasewatch run --source`` end to end, with real parts:
+the real CLI and perf events, fake MSR devices as sparse files whose counters
+a writer thread advances while the program runs, and kernel-module rings as
+:class:`KmodSource` maps them."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from phasewatch.collectors import msr
+from phasewatch.collectors.cpuinfo import online_cpus
+
+BIN = Path(sys.executable).parent / "phasewatch"
+TIMEOUT = 180
+#: Core voltage before and after the program says it is halfway, in 1/8192 V
+#: (both inside the virtual-machine model's histogram range, 962..1080 mV).
+VOLTS = (0.970, 1.060)
+#: Productive frequency as a fraction of the base frequency, before and after.
+PPERF_SHARE = (0.3, 0.8)
+#: The program: busy for a while, a flag file, busy again.
+WORKLOAD = """
+import sys, time, pathlib
+def busy(s):
+    end = time.monotonic() + s
+    while time.monotonic() < end:
+        pass
+busy(float(sys.argv[2]))
+pathlib.Path(sys.argv[1]).touch()
+busy(float(sys.argv[2]))
+"""
+
+
+class MsrWriter(threading.Thread):
+    """Advances APERF, MPERF, PPERF and TSC in fake MSR files every
+    millisecond and sets PERF_STATUS's voltage, switching both schedules when
+    ``flag`` appears.  In a file, MPERF (0xE7) reads its own low byte followed
+    by APERF's (0xE8) low seven: its deltas are 256 times APERF's, and PPERF
+    advances by its share of that."""
+
+    def __init__(self, paths: list[Path], flag: Path):
+        super().__init__(daemon=True)
+        self.fds = [os.open(p, os.O_RDWR) for p in paths]
+        self.flag = flag
+        self.stop = threading.Event()
+        self.switched_at: float | None = None
+
+    def run(self) -> None:
+        aperf = pperf = 0
+        last = time.monotonic_ns()
+        while not self.stop.is_set():
+            now = time.monotonic_ns()
+            step, last = now - last, now
+            phase = 1 if self.flag.exists() else 0
+            aperf += step
+            pperf += int(256 * step * PPERF_SHARE[phase])
+            volts = round(VOLTS[phase] * 8192)
+            for fd in self.fds:
+                os.pwrite(fd, struct.pack("<Q", now), msr.REGISTERS["tsc"])
+                os.pwrite(fd, struct.pack("<Q", aperf), msr.REGISTERS["aperf"])
+                os.pwrite(fd, struct.pack("<Q", pperf), msr.REGISTERS["pperf"])
+                os.pwrite(fd, struct.pack("<Q", volts << 32 | 0x2000), msr.REGISTERS["perf_status"])
+            time.sleep(0.001)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.join(timeout=5)
+        for fd in self.fds:
+            os.close(fd)
+
+
+@pytest.fixture
+def fake_msrs(tmp_path):
+    paths = []
+    for cpu in online_cpus():
+        path = tmp_path / f"cpu{cpu}" / "msr"
+        path.parent.mkdir()
+        with open(path, "wb") as f:
+            f.truncate(0x1000)
+        paths.append(path)
+    flag = tmp_path / "halfway"
+    writer = MsrWriter(paths, flag)
+    writer.start()
+    yield str(tmp_path / "cpu{cpu}" / "msr"), flag
+    writer.close()
+
+
+def test_run_source_msr_samples_voltage_and_pfreq_and_finds_the_two_halves(fake_msrs, tmp_path):
+    template, flag = fake_msrs
+    out = tmp_path / "phases.jsonl"
+    proc = subprocess.run([str(BIN), "run", "--source", "msr", "--msr-path", template,
+                           "--json", "--output", str(out), "--",
+                           sys.executable, "-c", WORKLOAD, str(flag), "2.0"],
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["source"] == "perf+msr"
+    assert summary["detector"] == "vpf"                       # the default, not vpf-ip
+    assert {"perf_status", "aperf", "mperf", "pperf", "ip"} <= set(summary["signals"])
+    assert "core voltage" not in summary["missing_signals"]
+    assert "productive frequency" not in summary["missing_signals"]
+    phases = [iv["phase"] for iv in map(json.loads, out.read_text().splitlines())]
+    assert len(phases) >= 20, phases
+    first, last = phases[0], phases[-1]
+    switch = phases.index(last)
+    assert first != last and phases[:switch] == [first] * switch, phases
+    assert set(phases[switch + 1:]) == {last}, phases        # no phase after the halves
+    assert 0.25 < switch / len(phases) < 0.75, phases
+    rows = {row["phase"]: row for row in summary["phases"]}
+    assert rows[first]["voltage_mv"] == pytest.approx(1000 * VOLTS[0], abs=1)
+    assert rows[last]["voltage_mv"] == pytest.approx(1000 * VOLTS[1], abs=1)
+    ratio = rows[last]["pfreq_mhz"] / rows[first]["pfreq_mhz"]
+    assert ratio == pytest.approx(PPERF_SHARE[1] / PPERF_SHARE[0], rel=0.1)
