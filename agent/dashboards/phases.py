@@ -12,8 +12,20 @@ from .common import (DATASOURCE, HOST, TARGET, graph, grid, host_variable, insta
 UID = "phasewatch-phases"
 
 SELECT = f"{HOST}, {TARGET}"
+# Grafana's classic palette, cycled over phase ids so that neighbours differ.
+PALETTE = ["green", "yellow", "blue", "orange", "red", "purple", "super-light-green",
+           "dark-yellow", "light-blue", "dark-orange", "light-red", "dark-purple"]
+COLOURED_PHASES = 64    # phasewatchd's default cap on the phases kept per target
 PHASE_CHANGES = (f"sum by (instance, target) "
                  f"(increase(phasewatch_phase_changes_total{{{SELECT}}}[$__rate_interval])) > 0")
+
+
+def _phase_colours() -> model.ValueMap:
+    """One colour per phase id: a state timeline colours a value by its mapping."""
+    return model.ValueMap(options={
+        str(phase): model.ValueMappingResult(text=f"phase {phase}",
+                                             color=PALETTE[phase % len(PALETTE)], index=phase)
+        for phase in range(COLOURED_PHASES)})
 
 
 def _current_phase() -> statetimeline.Panel:
@@ -21,7 +33,8 @@ def _current_phase() -> statetimeline.Panel:
         statetimeline.Panel().title("Current phase")
         .description("The phase id each target is in; a new colour is a phase change.")
         .datasource(DATASOURCE).unit("prefix:phase ").grid_pos(grid(0, 0, 24, 9))
-        .color_scheme(dash.FieldColor().mode(model.FieldColorModeId.PALETTE_CLASSIC))
+        .color_scheme(dash.FieldColor().mode(model.FieldColorModeId.FIXED).fixed_color("text"))
+        .mappings([_phase_colours()])
         .show_value(common_models.VisibilityMode.AUTO).merge_values(True).fill_opacity(80)
         .with_target(query(f"phasewatch_phase{{{SELECT}}}", "{{instance}} {{target}}"))
     )
