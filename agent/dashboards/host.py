@@ -5,6 +5,7 @@ from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import heatmap, timeseries
 from grafana_foundation_sdk.models import common as common_models
 from grafana_foundation_sdk.models import dashboard as model
+from grafana_foundation_sdk.models.common import HeatmapCellLayout
 from grafana_foundation_sdk.models.heatmap import HeatmapColorMode, HeatmapColorScale
 
 from .common import (CPU, DATASOURCE, HOST, cpu_variable, graph, grid, heatmap_query,
@@ -32,6 +33,7 @@ def _heatmap(title: str, metric: str, unit: str, description: str, x: int, y: in
         .with_target(heatmap_query(
             f"sum by (le) (rate({metric}_bucket{{{HOST}}}[$__rate_interval]))"))
         .calculate(False)
+        .rows_frame(heatmap.RowsHeatmapOptions().layout(HeatmapCellLayout.LE))
         .y_axis(heatmap.YAxisConfig().unit(unit))
         .cell_values(heatmap.CellValues().unit(SAMPLES_PER_SECOND))
         .color(heatmap.HeatmapColorOptions().mode(HeatmapColorMode.SCHEME)
@@ -135,11 +137,11 @@ def build() -> model.Dashboard:
         .with_row(dash.Row("Every sample").grid_pos(grid(0, 9, 24, 1)))
         .with_panel(_heatmap("Core voltage, every sample", "phasewatch_core_voltage_sample_volts",
                              "volt", "Distribution of every sample's core voltage over "
-                             "time, all CPUs of the host.", 0, 10))
+                             "time, all CPUs of the selected hosts.", 0, 10))
         .with_panel(_heatmap("Productive frequency, every sample",
                              "phasewatch_productive_frequency_sample_hertz", "hertz",
                              "Distribution of every sample's productive frequency over "
-                             "time, all CPUs of the host.", 12, 10))
+                             "time, all CPUs of the selected hosts.", 12, 10))
         .with_row(dash.Row("Idle states and power").grid_pos(grid(0, 19, 24, 1)))
         .with_panel(_cstates(20))
         .with_panel(_package_power(20))
