@@ -11,18 +11,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.cog.plugins import register_default_plugins
+from grafana_foundation_sdk.models.dashboard import Dashboard
 
-pytest.importorskip("grafana_foundation_sdk",
-                    reason="the dashboards extra is not installed (pip install -e '.[dashboards]')")
-
-from grafana_foundation_sdk.cog.encoder import JSONEncoder  # noqa: E402
-from grafana_foundation_sdk.cog.plugins import register_default_plugins  # noqa: E402
-from grafana_foundation_sdk.models.dashboard import Dashboard  # noqa: E402
-
-from phasewatch.dashboards import rendered  # noqa: E402
-from phasewatch.dashboards.__main__ import main as dashboards_main  # noqa: E402
-from phasewatch.dashboards.common import DATASOURCE_NAME, DATASOURCE_UID  # noqa: E402
-from phasewatch.dashboards.queries import queries, substitute  # noqa: E402
+from phasewatch.dashboards import rendered
+from phasewatch.dashboards.__main__ import main as dashboards_main
+from phasewatch.dashboards.common import DATASOURCE_NAME, DATASOURCE_UID
+from phasewatch.dashboards.queries import queries, substitute
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAFANA = ROOT / "grafana"
@@ -155,6 +151,23 @@ def promtool_check_rules(tmp_path: Path, expressions: list[str]) -> subprocess.C
     path.write_text(yaml.safe_dump(rules))
     return subprocess.run([promtool, "check", "rules", str(path)],
                           capture_output=True, text=True)
+
+
+def every_expr(node) -> list[str]:
+    """Every "expr" anywhere in a dashboard's JSON."""
+    if isinstance(node, dict):
+        return [e for key, value in node.items()
+                for e in ([value] if key == "expr" else every_expr(value))]
+    if isinstance(node, list):
+        return [e for item in node for e in every_expr(item)]
+    return []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_query_finder_finds_every_expression(name):
+    dashboard = emitted(name)
+    found = [q.expr for q in queries(dashboard) if "/ variable " not in q.where]
+    assert sorted(found) == sorted(every_expr(dashboard))
 
 
 def test_every_query_passes_promtool(tmp_path):

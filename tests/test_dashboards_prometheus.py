@@ -18,11 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from daemonutil import Daemon, free_port, write_trace
 
-pytest.importorskip("grafana_foundation_sdk",
-                    reason="the dashboards extra is not installed (pip install -e '.[dashboards]')")
-
-from phasewatch.dashboards import rendered  # noqa: E402
-from phasewatch.dashboards.queries import metric_names, queries, substitute  # noqa: E402
+from phasewatch.dashboards import rendered
+from phasewatch.dashboards.queries import metric_names, queries, substitute
 
 SCRAPE_S = 1
 # Grafana's $__rate_interval is at least four scrape intervals.
