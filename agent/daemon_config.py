@@ -175,10 +175,10 @@ def from_dict(doc: dict, path: str = "config") -> Config:
             if key not in SCHEMA[table]:
                 raise UserError(f"{path}: [{table}] unknown key {key!r} "
                                 f"(known: {', '.join(SCHEMA[table])})")
-            name, types, check = SCHEMA[table][key]
+            name, types, rule = SCHEMA[table][key]
             if not isinstance(value, types) or (isinstance(value, bool) and types in (int, (int, float))):
                 raise UserError(f"{path}: [{table}] {key} = {value!r}: wrong type")
-            problem = check(value) if check else None
+            problem = rule(value) if rule else None
             if problem:
                 raise UserError(f"{path}: [{table}] {key} = {value!r}: {problem}")
             values[name] = tuple(value) if isinstance(value, list) else value
