@@ -121,16 +121,21 @@ def instant(dashboard: dict, where: str) -> bool:
                for panel in dashboard["panels"] for target in panel.get("targets") or [])
 
 
+def filled_in(daemon, prometheus, dashboard, began, end) -> dict[str, str]:
+    """Grafana's variables as the dashboard would fill them in for [began, end]."""
+    values = variable_values(prometheus, dashboard)
+    assert values["instance"] == f"127.0.0.1:{daemon.metrics_port}"
+    return values | {"__rate_interval": RATE_INTERVAL, "__interval": f"{SCRAPE_S}s",
+                     "__range": f"{int(end - began) + 1}s"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(DASHBOARDS))
 def test_every_query_returns_data_from_a_real_prometheus(scraped, name):
     daemon, prometheus, began = scraped
     dashboard = DASHBOARDS[name]
     end = time.time()
-    values = variable_values(prometheus, dashboard)
-    assert values["instance"] == f"127.0.0.1:{daemon.metrics_port}"
-    values |= {"__rate_interval": RATE_INTERVAL, "__interval": f"{SCRAPE_S}s",
-               "__range": f"{int(end - began) + 1}s"}
+    values = filled_in(daemon, prometheus, dashboard, began, end)
     empty = []
     for query in queries(dashboard):
         expr = substitute(query.expr, values)
@@ -154,3 +159,17 @@ def test_every_metric_a_dashboard_uses_is_exported_by_the_daemon(scraped):
     assert len(used) >= 15
     assert used - exported == set(), "the daemon does not export these"
 
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_every_query_runs_under_promtool(scraped, name):
+    daemon, prometheus, began = scraped
+    dashboard = DASHBOARDS[name]
+    values = filled_in(daemon, prometheus, dashboard, began, time.time())
+    server = f"http://127.0.0.1:{prometheus.port}"
+    for query in queries(dashboard):
+        expr = substitute(query.expr, values)
+        result = subprocess.run([shutil.which("promtool"), "query", "instant", server, expr],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, f"{query.where}: {expr}: {result.stderr}"
