@@ -72,6 +72,14 @@ def test_check_mode_fails_on_a_stale_folder(tmp_path, capsys):
     assert f"{stale} is stale" in capsys.readouterr().err
 
 
+def test_an_unwritable_folder_is_one_line_and_status_2(tmp_path, capsys):
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    assert dashboards_main([str(not_a_folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(not_a_folder) in err
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_round_trip_through_the_typed_model_loses_no_key(name):
     dashboard = emitted(name)

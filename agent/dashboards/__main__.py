@@ -22,10 +22,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.folder / name} is stale: run 'make dashboards' and commit it",
                   file=sys.stderr)
         return 1 if stale else 0
-    args.folder.mkdir(parents=True, exist_ok=True)
-    for name, text in rendered().items():
-        (args.folder / name).write_text(text)
-        print(args.folder / name)
+    try:
+        args.folder.mkdir(parents=True, exist_ok=True)
+        for name, text in rendered().items():
+            (args.folder / name).write_text(text)
+            print(args.folder / name)
+    except OSError as error:
+        print(f"cannot write the dashboards into {args.folder}: {error.strerror}; "
+              "give a writable folder", file=sys.stderr)
+        return 2
     return 0
 
 
