@@ -368,12 +368,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args)
         path = args.config or (DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None)
-        return Daemon(config, path, args).run()
+        code = Daemon(config, path, args).run()
     except UserError as exc:
         log(str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    # Everything is closed and flushed by now.  The interpreter's own teardown
+    # of the compiled-kernel libraries takes about a second more, which would
+    # break the promise to stop within two seconds of SIGTERM: skip it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,151 @@
+"""phasewatchd's config, signals and systemd notifications, run as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pyarrow.feather
+import pytest
+
+from daemonutil import DAEMON, PHASEWATCH, Daemon, free_port, write_trace
+from phasewatch import daemon_config
+from phasewatch.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory) -> Path:
+    return write_trace(tmp_path_factory.mktemp("life") / "one-cpu.arrow", samples=60_000)
+
+
+def refused(*args) -> str:
+    proc = subprocess.run([str(DAEMON), *map(str, args)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("body, words", [
+    ("[detector]\nthreshold = 2.0\n", ["[detector] threshold", "(0, 1]"]),
+    ("[detector]\nname = \"scarphase\"\n", ["[detector] name", "vpf, vpf-ip"]),
+    ("[targets]\npids = [\"one\"]\n", ["[targets] pids", "give positive pids"]),
+    ("[metrics]\nlisten = \"localhost\"\n", ["[metrics] listen", "ADDRESS:PORT"]),
+    ("[zmq]\nhwm = 0\n", ["[zmq] hwm", "positive"]),
+    ("[zmq]\nendpont = \"tcp://127.0.0.1:1\"\n", ["unknown key 'endpont'"]),
+    ("[sinks]\n", ["unknown table [sinks]"]),
+    ("[source]\nkind = \"replay\"\n", ["needs trace"]),
+    ("[detector\n", ["not valid TOML"]),
+])
+def test_an_invalid_config_is_refused_with_the_key_and_reason(tmp_path, body, words):
+    config = tmp_path / "bad.toml"
+    config.write_text(body)
+    line = refused("--config", config)
+    assert str(config) in line
+    for word in words:
+        assert word in line
+
+
+def test_bad_flags_and_exposure_are_refused(tmp_path, trace):
+    assert "ADDRESS:PORT" in refused("--replay", trace, "--metrics", "nowhere")
+    assert "no such file" in refused("--replay", tmp_path / "missing.arrow")
+    assert "CurveZMQ" in refused("--replay", trace, "--zmq", "tcp://0.0.0.0:5556")
+    assert "TLS" in refused("--replay", trace, "--metrics", "0.0.0.0:9464")
+    assert "no such directory" in refused("--replay", trace, "--record", tmp_path / "nope")
+
+
+def test_the_shipped_config_is_valid_and_says_the_defaults():
+    shipped = daemon_config.load(str(ROOT / "systemd" / "phasewatch.toml"))
+    assert shipped == daemon_config.Config()
+
+
+def test_config_keys_reach_their_fields():
+    c = daemon_config.from_dict({
+        "source": {"kind": "perf", "rate_hz": 500},
+        "targets": {"cpus": [0, 1], "pids": [1], "commands": ["postgres"],
+                    "cgroups": ["/system.slice/x.service"]},
+        "detector": {"name": "vpf-ip", "threshold": 0.3, "adaptive": True, "max_phases": 16},
+        "zmq": {"samples": True, "hwm": 50}, "metrics": {"grace_seconds": 60}})
+    assert (c.source, c.rate_hz, c.cpus, c.pids, c.commands) == ("perf", 500, (0, 1), (1,), ("postgres",))
+    assert (c.detector, c.threshold, c.adaptive, c.max_phases) == ("vpf-ip", 0.3, True, 16)
+    assert (c.zmq_samples, c.zmq_hwm, c.grace_seconds) == (True, 50, 60)
+    with pytest.raises(UserError, match="adaptive = 1: wrong type"):
+        daemon_config.from_dict({"detector": {"adaptive": 1}})
+
+
+def stderr_after_term(daemon: Daemon) -> tuple[int, str, float]:
+    start = time.monotonic()
+    daemon.proc.send_signal(signal.SIGTERM)
+    code, err = daemon.stop(timeout=30)
+    return code, err, time.monotonic() - start
+
+
+def test_sigterm_stops_within_two_seconds_with_the_trace_flushed_and_sockets_closed(trace, tmp_path):
+    record = tmp_path / "rec"
+    record.mkdir()
+    d = Daemon("--replay", trace, "--replay-speed", "1", "--record", record)
+    d.wait_ready()
+    seen = d.wait_metric("phasewatch_samples_total", lambda v: v > 2000)
+    code, err, took = stderr_after_term(d)
+    assert code == 0, err
+    assert took < 2.0, f"{took:.2f} s to stop"
+    recorded = list(record.glob("*.arrow"))
+    assert len(recorded) == 1
+    rows = pyarrow.feather.read_table(recorded[0]).num_rows     # closed: footer written
+    assert seen <= rows < 60_000
+    replay = subprocess.run([str(PHASEWATCH), "replay", str(recorded[0])],
+                            capture_output=True, text=True)
+    assert replay.returncode == 0 and "warning" not in replay.stderr, replay.stderr
+    for port in (d.metrics_port, d.zmq_port):
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_sighup_keeps_the_old_config_when_the_new_is_invalid(trace, tmp_path):
+    config = tmp_path / "d.toml"
+    config.write_text("[detector]\nthreshold = 0.25\n")
+    d = Daemon("--config", config, "--replay", trace, "--replay-speed", "1")
+    d.wait_ready()
+    config.write_text("[detector]\nthreshold = 7\n")
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait_metric("phasewatch_samples_total", lambda v: v > 3000)
+    config.write_text("[detector]\nthreshold = 0.2\nname = \"vpf-ip\"\n")
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait_metric("phasewatch_phases_retired_total", lambda v: v > 0, target="cpu0")
+    assert d.proc.poll() is None
+    code, err, _ = stderr_after_term(d)
+    assert code == 0, err
+    assert "reload refused, keeping the running config" in err and "threshold = 7" in err
+    assert "config reloaded" in err
+
+
+def test_readiness_and_watchdog_pings_reach_notify_socket(trace, tmp_path):
+    path = str(tmp_path / "notify")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(path)
+    listener.settimeout(60)
+    env = dict(os.environ, NOTIFY_SOCKET=path, WATCHDOG_USEC="400000")
+    proc = subprocess.Popen([str(DAEMON), "--replay", str(trace), "--metrics",
+                             f"127.0.0.1:{free_port()}", "--zmq", f"tcp://127.0.0.1:{free_port()}"],
+                            env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        got = [listener.recv(4096).decode() for _ in range(3)]
+        assert got[0].startswith("READY=1")
+        assert got[1:] == ["WATCHDOG=1", "WATCHDOG=1"]
+        proc.send_signal(signal.SIGTERM)
+        while (msg := listener.recv(4096).decode()) == "WATCHDOG=1":
+            pass
+        assert msg == "STOPPING=1"
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+        listener.close()
