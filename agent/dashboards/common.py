@@ -22,7 +22,9 @@ TARGET = 'target=~"$target"'
 
 
 def _label_variable(name: str, label: str, query: str,
-                    sort: model.VariableSort = model.VariableSort.ALPHABETICAL_ASC) -> dash.QueryVariable:
+                    sort: model.VariableSort = model.VariableSort.ALPHABETICAL_ASC
+                    ) -> dash.QueryVariable:
+    """A multi-value variable over one label's values, "All" matching any."""
     return (
         dash.QueryVariable(name).id(name)
         .label(label)
