@@ -80,24 +80,28 @@ class Prometheus:
 
 @pytest.fixture(scope="module")
 def scraped(tmp_path_factory):
-    """phasewatchd replaying a two-CPU trace, and Prometheus that has scraped the
-    whole replay: (daemon, prometheus, the time the scraping began)."""
+    """Prometheus scraping phasewatchd from before the daemon starts until its
+    replay of a two-CPU trace has ended: (daemon, prometheus, when scraping began)."""
     tmp_path = tmp_path_factory.mktemp("dashboards-prometheus")
     trace = write_trace(tmp_path / "two-cpus.arrow", cpus=2)
-    daemon = Daemon("--replay", trace, "--replay-speed", REPLAY_SPEED)
-    prometheus = Prometheus(tmp_path, f"127.0.0.1:{daemon.metrics_port}")
+    metrics_port = free_port()
+    prometheus = Prometheus(tmp_path, f"127.0.0.1:{metrics_port}")
+    daemon = None
     try:
-        daemon.wait_ready()
         prometheus.wait_ready()
         began = time.time()
+        daemon = Daemon("--replay", trace, "--replay-speed", REPLAY_SPEED,
+                        metrics_port=metrics_port)
+        daemon.wait_ready()
         samples = pyarrow.feather.read_table(trace).num_rows
         daemon.wait_metric("phasewatch_samples_total", lambda v: v == samples, timeout=180)
-        # Two more scrapes, so that the replay's last state is stored too.
+        # A few more scrapes, so that the replay's last state is stored too.
         time.sleep(3 * SCRAPE_S)
         yield daemon, prometheus, began
     finally:
+        if daemon is not None:
+            daemon.stop()
         prometheus.stop()
-        daemon.stop()
 
 
 def variable_values(prometheus: Prometheus, dashboard: dict) -> dict[str, str]:
