@@ -9,7 +9,7 @@ STAMP_PIP := $(VENV)/.pip-installed
 EXAMPLE   := examples/synthetic-skylake
 BUILD     := build
 
-.PHONY: install demo test pytest bench dashboards kmod kmod-test clean
+.PHONY: install install-system install-system-files demo test pytest bench kmod kmod-test clean
 
 install: $(STAMP_PIP)
 
@@ -26,6 +26,27 @@ $(STAMP_PIP): $(STAMP_APT) setup.cfg pyproject.toml
 	$(PY) -m pip install -q -e '.[test,dashboards]'
 	$(PY) -c "import perf, numba, numpy, zmq, prometheus_client, psutil, pyarrow"
 	touch $@
+
+# The daemon as a system service: a venv of its own in PREFIX (a checkout under
+# /root or /home is hidden from the service by ProtectHome), the unit, the
+# default config (an existing one is kept) and the modules to load at boot.
+# `make install` stays the developer set-up in .venv.
+PREFIX    ?= /opt/phasewatch
+SYSCONF   ?= /etc
+
+install-system: install install-system-files
+	/usr/bin/python3 -m venv --system-site-packages $(DESTDIR)$(PREFIX)
+	$(DESTDIR)$(PREFIX)/bin/pip install -q .
+	if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null; then systemctl daemon-reload; fi
+
+install-system-files:
+	install -d $(DESTDIR)$(SYSCONF)/systemd/system $(DESTDIR)$(SYSCONF)/phasewatch \
+		$(DESTDIR)$(SYSCONF)/modules-load.d
+	sed 's|/opt/phasewatch|$(PREFIX)|g' systemd/phasewatchd.service \
+		> $(DESTDIR)$(SYSCONF)/systemd/system/phasewatchd.service
+	test -e $(DESTDIR)$(SYSCONF)/phasewatch/phasewatch.toml || \
+		install -m 0644 systemd/phasewatch.toml $(DESTDIR)$(SYSCONF)/phasewatch/phasewatch.toml
+	install -m 0644 systemd/modules-load.d/phasewatch.conf $(DESTDIR)$(SYSCONF)/modules-load.d/
 
 # The demo: the bundled synthetic trace converted and replayed with both
 # detectors, then a real program (A, B, then A again) watched live.
@@ -51,6 +72,7 @@ bench: install
 
 # Grafana dashboards, built from agent/dashboards/ with grafana-foundation-sdk.
 # The emitted JSON is committed; tests/test_dashboards.py fails when it is stale.
+.PHONY: dashboards
 dashboards: install
 	$(PY) -m phasewatch.dashboards grafana/dashboards
 

@@ -15,6 +15,8 @@ COMMANDS = {
     "replay": ("cmd_replay", "detect phases in a recorded trace (project format or CSV)"),
     "convert": ("cmd_convert", "convert a raw CSV to the trace format"),
     "probe": ("cmd_probe", "tell which signals this host offers, and why not"),
+    "subscribe": ("cmd_subscribe", "print phasewatchd's ZeroMQ events as they come"),
+    "proxy": ("cmd_proxy", "join many phasewatchd publishers into one ZeroMQ endpoint"),
 }
 
 

@@ -23,8 +23,9 @@ import threading
 import time
 from types import SimpleNamespace
 
-from . import __version__, daemon_config, metadata as md
+from . import __version__, daemon_config, detectors, metadata as md
 from .cmd_replay import interval_params
+from .cmd_run import choose_detector
 from .errors import UserError
 from .host_signals import HostSignals
 from .live import LiveRun, SourceThread
@@ -33,7 +34,7 @@ from .paced import PacedReplay
 from .params import DetectorParams, Params
 from .publish import Publisher, is_loopback_endpoint
 from .sdnotify import Notifier
-from .targets import Targets
+from .targets import CLASSIFIER_CAPS, Targets
 from .trace import TraceWriter
 from .tracefiles import open_trace
 
@@ -86,8 +87,9 @@ def check_exposure(config: daemon_config.Config) -> None:
 
 
 def detector_params(config: daemon_config.Config, detector: str | None = None) -> DetectorParams:
+    cap = {"max_phases": config.max_phases} if CLASSIFIER_CAPS else {}
     return DetectorParams(detector=detector or config.detector, threshold=config.threshold,
-                          adaptive=config.adaptive)
+                          adaptive=config.adaptive, **cap)
 
 
 def params_for(meta: dict, signals, config: daemon_config.Config, detector: str) -> Params:
@@ -103,15 +105,13 @@ class Worker:
 
     def __init__(self, name: str, source, meta: dict, signals, config, *, target=None,
                  host_signals: bool = True, publisher: Publisher | None = None,
-                 clock_ns=time.monotonic_ns):
-        from .cmd_run import choose_detector
+                 clock_ns=lambda t_ns: t_ns):
         self.name = name
         self.source = source
         self.meta = meta
         self.signals = tuple(signals)
         self.detector = (choose_detector(config.detector, self.signals) if source_is_live(source)
                          else config.detector)
-        from . import detectors
         detectors.check_signals(self.detector, self.signals)
         self.params = params_for(meta, self.signals, config, self.detector)
         listeners = [publisher.intervals] if publisher else []

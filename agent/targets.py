@@ -10,28 +10,40 @@ each target keeps the few counters the metrics and the publisher report.
 :class:`~phasewatch.live.LiveRun` uses (``feed``, ``finish``, ``count``,
 ``n_phases``), so the daemon runs on the same live loop as ``run``.
 
-Memory stays bounded: each target keeps at most ``max_phases`` phases.  When a
-new phase would exceed the cap, the target's classifier starts afresh (its
-phases are retired, counted in ``phases_retired``) and phase ids go on from
-where they were, so that a new phase is never confused with a retired one.
-A target that has sent no samples for ``grace_s`` seconds is forgotten.
+Memory stays bounded: each target keeps at most ``max_phases`` phases.  Where
+the classifier caps its phases itself (``DetectorParams.max_phases``: it
+retires the least recently used), the daemon passes the cap on and counts
+what it retired.  Otherwise, when the cap is reached, the target's classifier
+starts afresh: its phases are retired, counted in ``phases_retired``, and
+phase ids go on from where they were, so a new phase is never confused with a
+retired one.  Per-phase interval counts are kept for live phases only.  A
+target that has sent no samples for ``grace_s`` seconds is forgotten.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
 
 from .batch import SampleBatch
-from .params import Params
+from .params import DetectorParams, Params
 from .pipeline import Intervals, Pipeline
 
 DEFAULT_MAX_PHASES = 64
 DEFAULT_GRACE_S = 300.0
+
+
+#: Whether the classifier keeps at most ``DetectorParams.max_phases`` phases itself.
+CLASSIFIER_CAPS = "max_phases" in DetectorParams.__dataclass_fields__
+
+
+def live_phases(pipeline: Pipeline) -> int:
+    """Phases the target's classifier keeps now (retired ones not counted)."""
+    return int(pipeline.classifier.count[0])
 
 
 def cpu_target(cpu: int) -> str:
@@ -56,13 +68,14 @@ class TargetState:
     phase_changes: int = 0
     phases_retired: int = 0
     samples: int = 0
+    retired_base: int = 0           # retired by earlier classifier generations
     phase_intervals: dict[int, int] = field(default_factory=dict)
     last_seen: float = 0.0
 
     @property
     def phases(self) -> int:
         """Phases currently kept by the classifier."""
-        return self.pipeline.n_phases
+        return live_phases(self.pipeline)
 
 
 class Targets:
@@ -139,7 +152,9 @@ class Targets:
             return intervals
         intervals.phase += state.phase_base
         self._count(state, intervals)
-        if state.pipeline.n_phases >= self.max_phases:
+        if CLASSIFIER_CAPS:
+            self._count_retired(state)
+        elif live_phases(state.pipeline) >= self.max_phases:
             self._retire(state)
         return intervals
 
@@ -157,17 +172,29 @@ class Targets:
         for listener in self.listeners:
             listener(state.name, iv, np.flatnonzero(changed), previous)
 
+    def _count_retired(self, state: TargetState) -> None:
+        """The phases the classifier retired itself, and their counts dropped."""
+        c = state.pipeline.classifier
+        retired = state.retired_base + int(c.retired)
+        if retired == state.phases_retired:
+            return
+        live = set((c.ids[:int(c.count[0])] + state.phase_base).tolist())
+        with self.lock:
+            state.phases_retired = retired
+            state.phase_intervals = {p: n for p, n in state.phase_intervals.items() if p in live}
+
     def _retire(self, state: TargetState) -> None:
         """Start the target's classifier afresh: its phases are retired."""
-        kept = state.pipeline.n_phases
+        kept = live_phases(state.pipeline)
         fresh = Pipeline.for_trace(self.meta, self.params)
         old = state.pipeline
         # Interval splitting and decoding carry on; only the phases are new.
         fresh.decoder, fresh.accumulator, fresh.count = old.decoder, old.accumulator, old.count
         fresh.samples, fresh.text_range = old.samples, old.text_range
         with self.lock:
-            state.phase_base += kept
+            state.phase_base += old.n_phases
             state.phases_retired += kept
+            state.retired_base = state.phases_retired
             state.phase_intervals = {p: n for p, n in state.phase_intervals.items()
                                      if p == state.phase}
             state.pipeline = fresh
@@ -193,7 +220,5 @@ class Targets:
     def snapshot(self) -> list[TargetState]:
         """Copies of the targets' counters, for a scrape on another thread."""
         with self.lock:
-            return [TargetState(t.name, t.pipeline, t.phase_base, t.phase, t.intervals,
-                                t.phase_changes, t.phases_retired, t.samples,
-                                dict(t.phase_intervals), t.last_seen)
+            return [replace(t, phase_intervals=dict(t.phase_intervals))
                     for t in self.by_name.values()]

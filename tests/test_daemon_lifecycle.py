@@ -48,10 +48,19 @@ def refused(*args) -> str:
 def test_an_invalid_config_is_refused_with_the_key_and_reason(tmp_path, body, words):
     config = tmp_path / "bad.toml"
     config.write_text(body)
-    line = refused("--config", config)
-    assert str(config) in line
+    with pytest.raises(UserError) as refusal:
+        daemon_config.load(str(config))
+    line = str(refusal.value)
+    assert line.startswith(f"{config}: ") and "\n" not in line
     for word in words:
         assert word in line
+
+
+def test_phasewatchd_refuses_an_invalid_config_in_one_line(tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text("[detector]\nthreshold = 2.0\n")
+    line = refused("--config", config)
+    assert line == f"phasewatchd: {config}: [detector] threshold = 2.0: give a distance in (0, 1]"
 
 
 def test_bad_flags_and_exposure_are_refused(tmp_path, trace):
