@@ -73,6 +73,12 @@ bench: install
 	$(PY) benchmarks/bench_sampler.py
 	$(PY) benchmarks/bench_run.py
 
+# Grafana dashboards, built from agent/dashboards/ with grafana-foundation-sdk.
+# The emitted JSON is committed; tests/test_dashboards.py fails when it is stale.
+.PHONY: dashboards
+dashboards: install
+	$(PY) -m phasewatch.dashboards grafana/dashboards
+
 kmod:
 	$(MAKE) -C kmod
 
