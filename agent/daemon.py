@@ -35,7 +35,7 @@ from .paced import PacedReplay
 from .params import DetectorParams, Params
 from .publish import Publisher, is_loopback_endpoint
 from .sdnotify import Notifier
-from .targets import CLASSIFIER_CAPS, Targets
+from .targets import Targets
 from .trace import TraceWriter
 from .tracefiles import open_trace
 
@@ -88,9 +88,8 @@ def check_exposure(config: daemon_config.Config) -> None:
 
 
 def detector_params(config: daemon_config.Config, detector: str | None = None) -> DetectorParams:
-    cap = {"max_phases": config.max_phases} if CLASSIFIER_CAPS else {}
     return DetectorParams(detector=detector or config.detector, threshold=config.threshold,
-                          adaptive=config.adaptive, **cap)
+                          adaptive=config.adaptive, max_phases=config.max_phases)
 
 
 def params_for(meta: dict, signals, config: daemon_config.Config, detector: str) -> Params:
@@ -117,7 +116,7 @@ class Worker:
         detectors.check_signals(self.detector, self.signals)
         self.params = params_for(meta, self.signals, config, self.detector)
         listeners = [publisher.intervals] if publisher else []
-        self.targets = Targets(meta, self.params, target=target, max_phases=config.max_phases,
+        self.targets = Targets(meta, self.params, target=target,
                                grace_s=config.grace_seconds, listeners=listeners)
         self.host = (HostSignals(meta.get("base_freq_mhz") or 0.0,
                                  md.cpu_model(meta).voltage_source == "perf_status")
@@ -389,7 +388,7 @@ class Daemon:
                                "interval_instructions", "interval_ms")
                    if getattr(old, k) != getattr(new, k)]
         for w in self.workers:
-            w.targets.max_phases, w.targets.grace_s = new.max_phases, new.grace_seconds
+            w.targets.grace_s = new.grace_seconds
             detector = detector_for(w, new)
             if detector_params(new, detector) != w.params.detector:
                 w.params = Params(w.params.interval, w.params.histograms,

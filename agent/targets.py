@@ -10,13 +10,13 @@ each target keeps the few counters the metrics and the publisher report.
 :class:`~phasewatch.live.LiveRun` uses (``feed``, ``finish``, ``count``,
 ``n_phases``), so the daemon runs on the same live loop as ``run``.
 
-Memory stays bounded: each target keeps at most ``max_phases`` phases.  Where
-the classifier caps its phases itself (``DetectorParams.max_phases``: it
-retires the least recently used), the daemon passes the cap on and counts
-what it retired.  Otherwise, when the cap is reached, the target's classifier
-starts afresh: its phases are retired, counted in ``phases_retired``, and
-phase ids go on from where they were, so a new phase is never confused with a
-retired one.  Per-phase interval counts are kept for live phases only.  A
+Memory stays bounded: each target keeps at most ``max_phases`` phases.  The
+classifier caps its phases itself (``DetectorParams.max_phases``: it retires
+the least recently used), and the daemon counts what it retired.  New
+detector settings (a reload) start each target's classifier afresh: its
+phases are retired, counted in ``phases_retired``, and phase ids go on from
+where they were, so a new phase is never confused with a retired one.
+Per-phase interval counts are kept for live phases only.  A
 target that has sent no samples for ``grace_s`` seconds is forgotten.
 """
 
@@ -30,15 +30,11 @@ from typing import Callable
 import numpy as np
 
 from .batch import SampleBatch
-from .params import DetectorParams, Params
+from .params import Params
 from .pipeline import Intervals, Pipeline
 
 DEFAULT_MAX_PHASES = 64
 DEFAULT_GRACE_S = 300.0
-
-
-#: Whether the classifier keeps at most ``DetectorParams.max_phases`` phases itself.
-CLASSIFIER_CAPS = "max_phases" in DetectorParams.__dataclass_fields__
 
 
 def live_phases(pipeline: Pipeline) -> int:
@@ -88,12 +84,11 @@ class Targets:
     """
 
     def __init__(self, meta: dict, params: Params, *, target: str | None = None,
-                 max_phases: int = DEFAULT_MAX_PHASES, grace_s: float = DEFAULT_GRACE_S,
+                 grace_s: float = DEFAULT_GRACE_S,
                  listeners: list[Callable] | None = None, lock: threading.Lock | None = None):
         self.meta = meta
         self.params = params
         self.target = target
-        self.max_phases = max_phases
         self.grace_s = grace_s
         self.listeners = listeners if listeners is not None else []
         self.lock = lock or threading.Lock()
@@ -152,10 +147,7 @@ class Targets:
             return intervals
         intervals.phase += state.phase_base
         self._count(state, intervals)
-        if CLASSIFIER_CAPS:
-            self._count_retired(state)
-        elif live_phases(state.pipeline) >= self.max_phases:
-            self._retire(state)
+        self._count_retired(state)
         return intervals
 
     def _count(self, state: TargetState, iv: Intervals) -> None:

@@ -27,9 +27,7 @@ def example(seed=1, cpu=0) -> SampleBatch:
 
 
 def params(meta, detector="vpf-ip", max_phases=64) -> Params:
-    d = DetectorParams(detector=detector)
-    if "max_phases" in DetectorParams.__dataclass_fields__:
-        d = DetectorParams(detector=detector, max_phases=max_phases)
+    d = DetectorParams(detector=detector, max_phases=max_phases)
     return Params(md.interval_params(meta), md.histogram_params(meta), d)
 
 
@@ -54,7 +52,7 @@ def test_each_cpu_gets_the_phases_its_own_replay_finds():
 
 def test_phases_beyond_the_cap_are_retired_and_counted():
     meta = synthetic.metadata(INTERVAL)
-    targets = Targets(meta, params(meta, max_phases=2), max_phases=2)
+    targets = Targets(meta, params(meta, max_phases=2))
     phases = targets.feed(example()).phase
     state = targets.snapshot()[0]
     assert state.phases <= 2
