@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import UserError
+
+if TYPE_CHECKING:  # scipy is slow to import: only .bb files load it
+    import scipy.sparse
 
 _ENTRY = re.compile(r":(\d+):(\d+)")
 

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from . import bbvfile, detectors, metadata as md
 from .errors import UserError
@@ -14,6 +15,10 @@ from .metadata import (MAX_BASE_MHZ, MAX_INTERVAL_INSTRUCTIONS, MAX_INTERVAL_NS,
 from .options import number
 from .outputs import check_outputs, open_output
 from .params import DEFAULT_THRESHOLD, DetectorParams, IntervalParams, Params
+
+if TYPE_CHECKING:  # imported where used: numba and pyarrow load only when replaying
+    from .pipeline import Pipeline
+    from .results import PhaseSummary
 
 
 def add_detector_arguments(parser, output: bool = True) -> None:
@@ -135,7 +140,6 @@ def trace_paths(given: list[str]) -> list[str]:
 def replay(args, trace: str, output: str | None, cpu: int | None = None) -> int:
     """Replay one trace (its samples of ``cpu`` only, if given), write its
     results to ``output`` and print its summary."""
-    from .pipeline import Pipeline
     from .results import JsonLinesSink, PhaseSummary
     from .tracefiles import open_trace
     check_outputs([output], inputs=[trace, args.labels])
@@ -143,12 +147,7 @@ def replay(args, trace: str, output: str | None, cpu: int | None = None) -> int:
     if bbvfile.looks_like_bb(trace):
         return replay_bb(args, trace, output, labels)
     source = open_trace(trace, base_mhz=args.base_mhz, warn=warn)
-    meta = source.metadata
-    signals = tuple(meta.get("signals") or source.signals)
-    detectors.check_signals(args.detector, signals)
-    params = Params(interval=interval_params(args, md.interval_params(meta), signals, warn),
-                    histograms=md.histogram_params(meta), detector=detector_params(args))
-    pipeline = Pipeline.for_trace(meta, params)
+    pipeline = pipeline_of(source, args)
     summary = PhaseSummary(keep_phases=labels is not None)
     sinks = [summary]
     out = open_output(output, inputs=[trace, args.labels]) if output else None
@@ -174,6 +173,17 @@ def replay(args, trace: str, output: str | None, cpu: int | None = None) -> int:
     if out and out.failure:
         raise UserError(out.failure)
     return 0
+
+
+def pipeline_of(source, args):
+    """The pipeline for a trace's samples, with the detection options given."""
+    from .pipeline import Pipeline
+    meta = source.metadata
+    signals = tuple(meta.get("signals") or source.signals)
+    detectors.check_signals(args.detector, signals)
+    params = Params(interval=interval_params(args, md.interval_params(meta), signals, warn),
+                    histograms=md.histogram_params(meta), detector=detector_params(args))
+    return Pipeline.for_trace(meta, params)
 
 
 def samples_of_cpu(batches, cpu: int):

@@ -16,11 +16,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from . import detectors, metadata as md
-from .cmd_replay import add_detector_arguments, detector_params, interval_params, read_labels, warn
+from .cmd_replay import add_detector_arguments, pipeline_of, read_labels, warn
 from .errors import UserError
 from .outputs import open_output
-from .params import Params
 from .phase_figure import FigureRecorder, PhaseFigure, with_truth
 from .phase_functions import PhaseFunctions
 from .pipeline import Intervals, Pipeline
@@ -51,12 +49,8 @@ def run(args) -> int:
     source = open_trace(trace, base_mhz=args.base_mhz, warn=warn)
     try:
         meta = source.metadata
-        signals = tuple(meta.get("signals") or source.signals)
-        detectors.check_signals(args.detector, signals)
-        params = Params(interval=interval_params(args, md.interval_params(meta), signals, warn),
-                        histograms=md.histogram_params(meta), detector=detector_params(args))
-        pipeline = Pipeline.for_trace(meta, params)
-        recorder = FigureRecorder(params, pipeline.layout.bounds, pipeline.used)
+        pipeline = pipeline_of(source, args)
+        recorder = FigureRecorder(pipeline.params, pipeline.layout.bounds, pipeline.used)
         pipeline.profile_observers.append(recorder)
         functions = PhaseFunctions(symbolizer_of(meta)) if meta.get("mappings") else None
         for batch in source.batches():
