@@ -31,22 +31,11 @@ from phasewatch.classify import ClassifierState, classify
 from phasewatch.intervals import SEGMENT_KINDS, SEGMENTS
 from phasewatch.params import DetectorParams, Params
 from phasewatch.pipeline import Pipeline
-from phasewatch.trace import TraceReader, TraceWriter
+from phasewatch.trace import TraceReader
+
+from bench_whole import make_trace  # the same synthetic trace maker
 
 INTERVAL = 100_000_000
-
-
-def make_trace(path: str, samples: int) -> None:
-    if os.path.exists(path):
-        return
-    schedule = synthetic.repeat_schedule(samples, INTERVAL)
-    batches = synthetic.generate(schedule, INTERVAL, seed=7)
-    first = next(batches)
-    with TraceWriter(path + ".tmp", synthetic.metadata(INTERVAL), first.signals) as w:
-        w.write(first)
-        for b in batches:
-            w.write(b)
-    os.replace(path + ".tmp", path)
 
 
 def params_for(meta, detector: str) -> Params:
@@ -127,8 +116,8 @@ def main() -> int:
     os.makedirs(args.workdir, exist_ok=True)
     big = os.path.join(args.workdir, f"synthetic-{args.samples}.arrow")
     small = os.path.join(args.workdir, "synthetic-small.arrow")
-    make_trace(big, args.samples)
-    make_trace(small, 10_000)
+    make_trace(big, args.samples, INTERVAL)
+    make_trace(small, 10_000, INTERVAL)
     replay_once(small, args.detector)                      # compile or load kernels
 
     runs = [replay_once(big, args.detector) for _ in range(args.repeat)]
