@@ -11,7 +11,9 @@ BUILD     := build
 
 .PHONY: install install-system install-system-files demo test pytest bench kmod kmod-test clean
 
-install: $(STAMP_PIP)
+AOT       := agent/_kernels_aot.json
+
+install: $(STAMP_PIP) $(AOT)
 
 $(STAMP_APT): $(APT_LIST)
 	apt-get update -q -o DPkg::Lock::Timeout=900
@@ -27,6 +29,14 @@ $(STAMP_PIP): $(STAMP_APT) setup.cfg pyproject.toml
 	$(PY) -c "import perf, numba, numpy, zmq, prometheus_client, psutil, pyarrow"
 	touch $@
 
+# The pipeline's kernels compiled ahead of time (agent/kernels.py), so that a
+# command starts without numba's compiler; rebuilt when any source changes
+# (until then the kernels run just in time).  Bytecode is compiled too: where
+# PYTHONDONTWRITEBYTECODE is set, every start would compile the sources again.
+$(AOT): $(STAMP_PIP) $(wildcard agent/*.py collectors/*.py)
+	$(PY) -m phasewatch.aot_build
+	$(PY) -m compileall -q agent collectors
+
 # The daemon as a system service: a venv of its own in PREFIX (a checkout under
 # /root or /home is hidden from the service by ProtectHome), the unit, the
 # default config (an existing one is kept) and the modules to load at boot.
@@ -37,6 +47,7 @@ SYSCONF   ?= /etc
 install-system: install install-system-files
 	/usr/bin/python3 -m venv --system-site-packages $(DESTDIR)$(PREFIX)
 	$(DESTDIR)$(PREFIX)/bin/pip install -q .
+	$(DESTDIR)$(PREFIX)/bin/python -m phasewatch.aot_build
 	if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null; then systemctl daemon-reload; fi
 
 install-system-files:

@@ -13,18 +13,18 @@ samples, which makes the sampling-noise allowance vanish.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from .classify import ClassifierState, classify, classify_reference
 from .histograms import TOTAL_VARIATION
+from .kernels import kernel
 from .params import DetectorParams
 
 DEFAULT_DIM = 128
 DEFAULT_SEED = 0x5EED
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _mix(x):
     """splitmix64's finaliser: a well-spread 64-bit hash."""
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -32,7 +32,7 @@ def _mix(x):
     return x ^ (x >> np.uint64(31))
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def project(indptr, ids, counts, dim, seed, out):
     """Row ``i`` of ``out`` (zeroed by the caller) gets the normalised sum of
     the counts of entries ``indptr[i]:indptr[i+1]``, each in the entry its

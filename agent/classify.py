@@ -20,10 +20,10 @@ Centroids live in slots; ``ids`` maps a slot to its phase id.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from .histograms import segment_distance
+from .kernels import kernel
 from .params import DetectorParams
 
 # Threshold state slots.
@@ -95,7 +95,7 @@ def classify(profiles: np.ndarray, counts: np.ndarray, bounds: np.ndarray,
     return phase, dist, new
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def profile_distance(x, x_counts, c, c_members, bounds, kinds, used):
     """Largest segment distance over the used segments both sides have; 1 if none."""
     d = -1.0
@@ -106,7 +106,7 @@ def profile_distance(x, x_counts, c, c_members, bounds, kinds, used):
     return d if d >= 0.0 else 1.0
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _nearest(x, x_counts, centroids, members, count, bounds, kinds, used):
     best, best_d = -1, np.inf
     empty = True
@@ -122,7 +122,7 @@ def _nearest(x, x_counts, centroids, members, count, bounds, kinds, used):
     return best, best_d
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _join(x, x_counts, centroid, members, bounds):
     for s in range(len(members)):
         if x_counts[s] == 0:
@@ -133,7 +133,7 @@ def _join(x, x_counts, centroid, members, bounds):
             centroid[j] += (x[j] - centroid[j]) * w
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _adapt(thr, d, settings):
     alpha = settings[2]
     if thr[_JOINED] == 0:
@@ -149,7 +149,7 @@ def _adapt(thr, d, settings):
         thr[_THR] = min(max(t, settings[3]), settings[4])
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _open_slot(max_phases, centroids, members, last_used, count, counters, previous):
     """A slot for a new phase: a free one, else the least recently used one
     (retired and cleared); -1 if the table must grow first."""
@@ -171,7 +171,7 @@ def _open_slot(max_phases, centroids, members, last_used, count, counters, previ
     return slot
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _classify_kernel(profiles, counts, bounds, kinds, used, start, settings, max_phases,
                      centroids, members, ids, last_used, count, counters, previous, thr,
                      o_phase, o_dist, o_new):
@@ -291,7 +291,7 @@ def threshold_history(distance: np.ndarray, new_phase: np.ndarray,
                               adaptive_settings(params), thr)
 
 
-@numba.njit(cache=True)
+@kernel(cache=True)
 def _threshold_history(distance, new_phase, settings, thr):
     out = np.empty(len(distance))
     for i in range(len(distance)):

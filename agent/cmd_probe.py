@@ -7,6 +7,7 @@ import sys
 
 import argparse
 
+from . import kernels
 from .batch import ID_RANGES
 from .collectors import msr
 from .collectors.probe import probe
@@ -37,6 +38,7 @@ def msr_template(text: str) -> str:
 
 def run(args) -> int:
     result = probe(cpu=args.cpu, msr_path=args.msr_path)
+    result["kernels"] = kernels.status()
     if args.json:
         json.dump(result, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
@@ -71,14 +73,15 @@ def format_value(row: dict) -> str:
 
 
 def source_lines(result: dict) -> list[str]:
-    """The registry's entries, as ``run --source`` would see them."""
+    """The registry's entries, as ``run --source`` would see them, and how the
+    pipeline's kernels run."""
     lines = [f"sources (run --source auto takes {result['auto'] or 'none'}):"]
     for offer in result["sources"]:
         if offer["available"]:
             lines.append(f"  yes  {offer['name']:<9} {', '.join(offer['columns'])} ({offer['detail']})")
         else:
             lines.append(f"  no   {offer['name']:<9} {offer['reason']}")
-    return lines
+    return lines + [f"kernels: {result['kernels']}"]
 
 
 def print_plain(result: dict) -> None:

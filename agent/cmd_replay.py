@@ -148,9 +148,11 @@ def replay(args, trace: str, output: str | None, cpu: int | None = None) -> int:
         return replay_bb(args, trace, output, labels)
     source = open_trace(trace, base_mhz=args.base_mhz, warn=warn)
     pipeline = pipeline_of(source, args)
+    if hasattr(source, "read_only"):
+        source.read_only(pipeline.columns)
     summary = PhaseSummary(keep_phases=labels is not None)
     sinks = [summary]
-    out = open_output(output, inputs=[trace, args.labels]) if output else None
+    out = open_output(output, inputs=[trace, args.labels], binary=True) if output else None
     if out:
         sinks.append(JsonLinesSink(out.stream))
     try:
@@ -203,7 +205,7 @@ def replay_bb(args, trace: str, output: str | None, labels) -> int:
     params = replace(detector_params(args), detector="bbv")
     summary = PhaseSummary(keep_phases=labels is not None)
     sinks = [summary]
-    out = open_output(output, inputs=[trace, args.labels]) if output else None
+    out = open_output(output, inputs=[trace, args.labels], binary=True) if output else None
     if out:
         sinks.append(JsonLinesSink(out.stream))
     try:

@@ -51,7 +51,7 @@ def run(args) -> int:
         meta = source.metadata
         pipeline = pipeline_of(source, args)
         recorder = FigureRecorder(pipeline.params, pipeline.layout.bounds, pipeline.used)
-        pipeline.profile_observers.append(recorder)
+        pipeline.observe_profiles(recorder)
         functions = PhaseFunctions(symbolizer_of(meta)) if meta.get("mappings") else None
         for batch in source.batches():
             intervals = pipeline.feed(batch)

@@ -142,7 +142,7 @@ def watch(args, child: Child, source: Source) -> int:
     interval = interval_params(args, IntervalParams(), signals, warn)
     kernels = threading.Thread(target=warm_up, args=(child, args, detector, interval, signals),
                                name="phasewatch-kernels", daemon=True)
-    out = open_output(args.output, inputs=[args.program]) if args.output else None
+    out = open_output(args.output, inputs=[args.program], binary=True) if args.output else None
     sinks, trace, feed, maps, finished = [], None, None, None, False
     try:
         with child.forward_signals() as forwarder:
@@ -207,7 +207,7 @@ def watch(args, child: Child, source: Source) -> int:
 def observe_figure(pipeline: Pipeline):
     from .phase_figure import FigureRecorder
     recorder = FigureRecorder(pipeline.params, pipeline.layout.bounds, pipeline.used)
-    pipeline.profile_observers.append(recorder)
+    pipeline.observe_profiles(recorder)
     return recorder
 
 

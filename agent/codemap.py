@@ -27,10 +27,10 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from .batch import KERNEL_START, MISSING
+from .kernels import kernel
 
 ANON_PATHS = ("", "[anon]")
 NEVER = np.iinfo(np.int64).min
@@ -101,7 +101,7 @@ class CodeMap:
         return (out < 0) & (ips != 0) & (ips != MISSING) & (ips < KERNEL_START)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(cache=True, nogil=True, inline="always")
 def _mix(x):
     """SplitMix64's finaliser: every input bit moves every output bit."""
     x ^= x >> np.uint64(30)
@@ -112,7 +112,7 @@ def _mix(x):
     return x
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(cache=True, nogil=True, inline="always")
 def _find(ip, t, starts, ends, reach, since, until):
     """Index of the mapping holding ``ip`` at time ``t``, or -1."""
     lo, hi = 0, len(starts)          # first start > ip, by bisection
@@ -130,7 +130,7 @@ def _find(ip, t, starts, ends, reach, since, until):
     return -1
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def code_bins(ips, t_ns, starts, ends, reach, base, keys, since, until, whole_space,
               region_bits, nbins, out):
     """Entry of each IP's (object, region) in ``nbins`` entries; -1 if unknown."""

@@ -8,12 +8,12 @@ need it are NaN, and backward steps are counted per counter.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from .batch import ID_RANGES, MISSING, SampleBatch
 from .collectors.msr import VOLTAGE_MASK, VOLTAGE_SHIFT, VOLTAGE_UNITS_PER_VOLT
 from .cpumodels import MAX_PLAUSIBLE_MHZ, PLAUSIBLE_VOLTAGE_MV
+from .kernels import kernel
 
 #: Counters decoded by delta, in the order of the decoder's state columns.
 COUNTERS = ("aperf", "mperf", "pperf", "tsc", "instructions", "cycles", "c3", "c6", "c7")
@@ -51,16 +51,22 @@ class DecoderState:
         self.backwards = np.zeros(len(COUNTERS), np.int64)
         self.unread = np.zeros(len(COUNTERS), np.int64)
         self.implausible = np.zeros(len(CHECKED), np.int64)
-        self._deltas = np.empty((len(COUNTERS), 0))
-        self._out = np.empty((len(FIELDS), 0))
+        self._deltas = np.empty(0)
+        self._out = np.empty(0)
+        self._rows = -1
 
     def scratch(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Work arrays for ``n`` rows, reused from batch to batch: fresh memory
-        costs a page fault per page, more than decoding it."""
-        if n > self._out.shape[1]:
-            self._deltas = np.full((len(COUNTERS), n), np.nan)
-            self._out = np.empty((len(FIELDS), n))
-        return self._deltas[:, :n], self._out[:, :n]
+        costs a page fault per page, more than decoding it.  Each is a
+        C-contiguous (fields, n) view of a flat buffer, whatever ``n``."""
+        if n * len(FIELDS) > len(self._out):
+            self._deltas = np.empty(len(COUNTERS) * n)
+            self._out = np.empty(len(FIELDS) * n)
+        deltas = self._deltas[:len(COUNTERS) * n].reshape(len(COUNTERS), n)
+        if n != self._rows:     # the rows of counters not decoded must read NaN
+            deltas.fill(np.nan)
+            self._rows = n
+        return deltas, self._out[:len(FIELDS) * n].reshape(len(FIELDS), n)
 
     def slots(self, batch: SampleBatch) -> np.ndarray:
         """Each row's slot in ``prev``: one slot per CPU (or thread) id seen so
@@ -89,7 +95,7 @@ class DecoderState:
         return slots
 
     def _new_slots(self, ids: np.ndarray) -> np.ndarray:
-        seen = np.unique(ids)
+        seen = _distinct(ids)
         new = seen[~np.isin(seen, self.owners)]
         if len(new):
             self.owners = np.concatenate([self.owners, new])
@@ -111,6 +117,12 @@ class DecoderState:
     def dropped(self) -> dict[str, int]:
         """Deltas dropped because a counter went backwards, by counter."""
         return {n: int(c) for n, c in zip(COUNTERS, self.backwards) if c}
+
+
+def _distinct(ids: np.ndarray) -> np.ndarray:
+    """np.unique, without its first call's import of numpy.ma (7 ms of start-up)."""
+    s = np.sort(ids)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
 
 
 def decode(batch: SampleBatch, state: DecoderState, base_mhz: float,
@@ -138,7 +150,7 @@ def decode(batch: SampleBatch, state: DecoderState, base_mhz: float,
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _drop_implausible(out, lo_mv, hi_mv, max_mhz, counts):
     """Voltages outside [lo_mv, hi_mv] and clocks above max_mhz become NaN,
     counted in ``counts`` (voltage, frequency, productive frequency)."""
@@ -154,10 +166,10 @@ def _drop_implausible(out, lo_mv, hi_mv, max_mhz, counts):
                 counts[k] += 1
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _delta_kernel(values, owner, k, prev, prev_ok, backwards, unread, out):
     """Deltas of one counter against the owner's previous value; NaN where
-    there is none to take.  The current owner's previous value is kept in
+    there is none to take (every row is written: ``out`` is reused).  The current owner's previous value is kept in
     locals while rows stay on it."""
     cur, p, ok = -1, np.uint64(0), False
     back, lost = 0, 0
@@ -168,6 +180,7 @@ def _delta_kernel(values, owner, k, prev, prev_ok, backwards, unread, out):
                 prev[cur, k], prev_ok[cur, k] = p, ok
             cur, p, ok = c, prev[c, k], prev_ok[c, k]
         v = values[i]
+        out[i] = np.nan
         if v == _MISSING:
             lost += 1
             ok = False
@@ -184,7 +197,7 @@ def _delta_kernel(values, owner, k, prev, prev_ok, backwards, unread, out):
     unread[k] += lost
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@kernel(cache=True, nogil=True, error_model="numpy")
 def _delta_one_owner(values, owner, k, prev, prev_ok, backwards, unread, out):
     """_delta_kernel for rows that all share one owner, written so that LLVM
     vectorises it: the common case of one CPU or one thread per batch."""
@@ -209,7 +222,7 @@ def _delta_one_owner(values, owner, k, prev, prev_ok, backwards, unread, out):
     prev[c, k], prev_ok[c, k] = values[n - 1], True
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@kernel(cache=True, nogil=True, error_model="numpy")
 def _derive_kernel(d, status, base_mhz, residency, out):
     """Derived values from the deltas.  Each field is its own loop over a few
     rows: with every stream in one loop, LLVM could not rule out aliasing and
@@ -235,20 +248,20 @@ def _derive_kernel(d, status, base_mhz, residency, out):
         out[7, i] = max(idle, 0.0) / dt if dt > 0 and dm == dm else np.nan
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@kernel(cache=True, nogil=True, error_model="numpy")
 def _ratio(num, den, scale, out):
     for i in range(len(out)):
         out[i] = scale * num[i] / den[i] if den[i] > 0 else np.nan
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _zero_unknown(values, out):
     for i in range(len(out)):
         v = values[i]
         out[i] = v if v == v else 0.0
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _voltage(status, out):
     """Core voltage from IA32_PERF_STATUS, in mV."""
     if len(status) != len(out):

@@ -5,9 +5,9 @@ Each kernel has a plain numpy reference beside it; the tests hold one to the oth
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from .kernels import kernel
 CUMULATIVE = 0          # ordered bins: cumulative histogram distance
 TOTAL_VARIATION = 1     # unordered bins (folded IPs): half the L1 distance
 #: The noise model's significance: a total-variation distance is counted only
@@ -16,7 +16,7 @@ TOTAL_VARIATION = 1     # unordered bins (folded IPs): half the L1 distance
 NOISE_Z = 2.326
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@kernel(cache=True, nogil=True, error_model="numpy")
 def value_bins(values, lo, hi, nbins, out):
     """Bin of each value in ``nbins`` equal bins over [lo, hi); values outside
     fall in the end bins; -1 for NaN."""
@@ -28,7 +28,7 @@ def value_bins(values, lo, hi, nbins, out):
         out[i] = int(x) if v == v else -1
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@kernel(cache=True, nogil=True, error_model="numpy")
 def ip_bins(ips, lo, hi, bits, groups, out):
     """Spatial-aware projection of instruction pointers onto 2**bits entries.
 
@@ -56,7 +56,7 @@ def ip_bins(ips, lo, hi, bits, groups, out):
         out[i] = folded if ip != 0 else -1
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def fill(values, lo, hi, nbins):
     """Counts of ``values`` in ``nbins`` bins over [lo, hi), NaNs skipped."""
     bins = np.empty(len(values), np.int32)
@@ -90,7 +90,7 @@ def ip_bins_reference(ips: np.ndarray, lo: int, hi: int, bits: int, groups: int)
     return folded
 
 
-@numba.njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def cumulative_distance(h1, h2):
     """Cumulative histogram distance of two normalised histograms, in 0..1."""
     n = len(h1)
@@ -107,7 +107,7 @@ def cumulative_distance_reference(h1: np.ndarray, h2: np.ndarray) -> float:
     return float(np.abs(np.cumsum(h1 - h2)).sum() / (n - 1)) if n > 1 else 0.0
 
 
-@numba.njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def total_variation_distance(h1, h2):
     """Half the L1 distance of two normalised histograms, in 0..1."""
     d = 0.0
@@ -120,7 +120,7 @@ def total_variation_distance_reference(h1: np.ndarray, h2: np.ndarray) -> float:
     return float(0.5 * np.abs(h1 - h2).sum())
 
 
-@numba.njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def expected_total_variation(h, n):
     """Total-variation distance expected between ``h`` and a histogram of ``n``
     samples drawn from it: sampling noise alone (normal approximation)."""
@@ -134,7 +134,7 @@ def expected_total_variation_reference(h: np.ndarray, n: int) -> float:
     return float(0.5 * np.sqrt(h * (1 - h)).sum() * np.sqrt(2 / (np.pi * n))) if n > 0 else 0.0
 
 
-@numba.njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def noise_level(h, n_eff):
     """The total-variation distance that sampling noise alone stays under with
     probability 1 - 1 %: between ``h`` and a histogram of ``n_eff`` samples
@@ -168,7 +168,7 @@ def effective_samples(n: int, members: int) -> float:
     return n * members / (members + 1.0) if members > 0 else float(n)
 
 
-effective_samples_kernel = numba.njit(cache=True, nogil=True)(effective_samples)
+effective_samples_kernel = kernel(cache=True, nogil=True)(effective_samples)
 
 
 def beyond_noise(tv: float, level: float) -> float:
@@ -177,10 +177,10 @@ def beyond_noise(tv: float, level: float) -> float:
     return max(tv - level, 0.0) / (1.0 - level) if level < 1.0 else 0.0
 
 
-beyond_noise_kernel = numba.njit(cache=True, nogil=True)(beyond_noise)
+beyond_noise_kernel = kernel(cache=True, nogil=True)(beyond_noise)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def segment_distance(x, n, centroid, members, kind):
     """Distance of an interval's histogram ``x`` of ``n`` samples to the
     centroid of ``members`` intervals.

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from .batch import KERNEL_START
 from .decode import F
 from .codemap import CodeMap
 from .histograms import CUMULATIVE, TOTAL_VARIATION, ip_bins, value_bins
+from .kernels import kernel
 from .params import HistogramParams, IntervalParams
 
 SEGMENTS = ("voltage", "pfreq", "ip")
@@ -82,8 +82,17 @@ class IntervalAccumulator:
         self.text_lo, self.text_hi = np.uint64(lo), np.uint64(hi)
         self.ip_bits = int(hp.ip_bins).bit_length() - 1
         self._scratch = _empty_block(256, self.layout.width)
-        self._bin_scratch = np.empty((len(SEGMENTS), 0), np.int32)
+        self._bin_scratch = np.empty(0, np.int32)
         self.code_map = CodeMap.from_mappings(None)
+        #: Segments built, from the first: a detector that ignores the code
+        #: signature costs neither the IP lookup nor 1024 entries an interval.
+        self.built = len(SEGMENTS)
+
+    def build_segments(self, wanted: np.ndarray) -> None:
+        """Build only as far as the last segment ``wanted`` (a mask); the rest
+        stay empty, as if they had no samples."""
+        last = int(np.flatnonzero(wanted)[-1]) if wanted.any() else 0
+        self.built = max(last + 1, SEGMENTS.index("ip"))   # the value segments cost little
 
     def set_code_map(self, code_map: CodeMap) -> None:
         self.code_map = code_map
@@ -121,13 +130,15 @@ class IntervalAccumulator:
 
     def _bins(self, n: int, ip, decoded, t_ns) -> np.ndarray:
         """Each sample's bin in each segment (-1: none), one row per segment."""
-        if self._bin_scratch.shape[1] < n:
-            self._bin_scratch = np.empty((len(SEGMENTS), n), np.int32)
-        bins = self._bin_scratch[:, :n]
+        if len(self._bin_scratch) < len(SEGMENTS) * n:
+            self._bin_scratch = np.empty(len(SEGMENTS) * n, np.int32)
+        bins = self._bin_scratch[:len(SEGMENTS) * n].reshape(len(SEGMENTS), n)
         hp = self.hist
         value_bins(decoded[F_VOLT], hp.voltage_mv[0], hp.voltage_mv[1], hp.voltage_bins, bins[0])
         value_bins(decoded[F_PFREQ], hp.pfreq_mhz[0], hp.pfreq_mhz[1], hp.pfreq_bins, bins[1])
-        if ip is not None and hp.ip_signature != "fold":
+        if self.built <= SEGMENTS.index("ip"):
+            bins[2] = -1
+        elif ip is not None and hp.ip_signature != "fold":
             self.code_map.bins(np.ascontiguousarray(ip), np.ascontiguousarray(t_ns),
                                hp.code_region_bits, hp.code_bins, bins[2])
         elif ip is not None and self.text_hi > self.text_lo:
@@ -141,7 +152,7 @@ class IntervalAccumulator:
     def _run(self, t_ns, bins, decoded, start, out):
         return _accumulate(
             t_ns, bins, decoded, start, self.time_mode, self.samples_mode, int(self.interval.size),
-            self.layout.bounds, self.acc, self.seg_n, self.istate, self.fstate,
+            self.layout.bounds[:self.built + 1], self.acc, self.seg_n, self.istate, self.fstate,
             out.t_start_ns, out.t_end_ns, out.instructions, out.cycles, out.samples,
             out.profiles, out.segment_samples, out.voltage_sum, out.pfreq_sum)
 
@@ -166,7 +177,7 @@ def _join(blocks: list[IntervalBlock]) -> IntervalBlock:
                            for f in IntervalBlock.__dataclass_fields__))
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _accumulate(t_ns, bins, dec, start, time_mode, samples_mode, size, bounds, acc, seg_n, istate, fstate,
                 o_t_start, o_t_end, o_instr, o_cycles, o_samples, o_prof, o_segn,
                 o_vsum, o_fsum):
@@ -223,7 +234,7 @@ def _accumulate(t_ns, bins, dec, start, time_mode, samples_mode, size, bounds, a
         k += 1
         t_start, instr, cycles, samples = t, 0, 0, 0
         n_v, n_f, n_ip, v_sum, f_sum = 0, 0, 0, 0.0, 0.0
-        acc[:] = 0.0
+        acc[:bounds[-1]] = 0.0
         if k == cap:
             i += 1
             break
@@ -237,9 +248,9 @@ def _accumulate(t_ns, bins, dec, start, time_mode, samples_mode, size, bounds, a
     return k, i
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _normalised_copy(acc, bounds, counts, out):
-    for s in range(len(counts)):
+    for s in range(len(bounds) - 1):
         scale = 1.0 / counts[s] if counts[s] > 0 else 0.0
         for j in range(bounds[s], bounds[s + 1]):
             out[j] = acc[j] * scale

@@ -14,14 +14,11 @@ from .batch import KERNEL_START, SampleBatch
 from .collectors.cpuinfo import FALLBACK_BASE_HZ
 from .classify import ClassifierState, classify
 from .codemap import CodeMap
-from .decode import PROFILE_COUNTERS, DecoderState, decode
+from .decode import COUNTERS, PROFILE_COUNTERS, DecoderState, decode
 from .detectors import IP_SIGNATURE, used_mask
 from .intervals import SEGMENT_KINDS, SEGMENTS, IntervalAccumulator, IntervalBlock, Layout
-from .kernels import skip_blas_probe
 from .metadata import cpu_model
 from .params import Params
-
-skip_blas_probe()
 
 #: Rows decoded and profiled at a time, so that the work arrays stay in cache.
 CHUNK_ROWS = 32768
@@ -77,11 +74,27 @@ class Pipeline:
         self.text_range = params.histograms.text_range
         self.mappings = mappings
         self.accumulator.set_code_map(CodeMap.from_mappings(mappings))
+        self.accumulator.build_segments(self.used)
         self.count = 0
         self.samples = 0
-        #: Called with each block of completed intervals and their classification,
-        #: for sinks that need the profiles themselves (the report's heatmaps).
         self.profile_observers: list = []
+
+    @property
+    def columns(self) -> frozenset[str]:
+        """The raw columns ``feed`` reads; a source may leave the others unread."""
+        wanted = {"t_ns", "cpu", "tid"} | {COUNTERS[k] for k in self.decoder.decoded}
+        if self.voltage_from_perf_status:
+            wanted.add("perf_status")
+        if self.accumulator.built > SEGMENTS.index("ip"):
+            wanted.add("ip")
+        return frozenset(wanted)
+
+    def observe_profiles(self, observe) -> None:
+        """Call ``observe(block, intervals)`` with each block of completed
+        intervals and their classification, every segment built, for sinks
+        that need the profiles themselves (the report's heatmaps)."""
+        self.profile_observers.append(observe)
+        self.accumulator.build_segments(np.ones(len(SEGMENTS), np.bool_))
 
     def feed(self, batch: SampleBatch) -> Intervals:
         n = len(batch)

@@ -26,14 +26,14 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import TYPE_CHECKING, Iterable, NamedTuple
 
-import cxxfilt
 import numpy as np
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
 
 from .batch import KERNEL_START
+
+if TYPE_CHECKING:   # pyelftools and cxxfilt load when symbols are first looked up
+    from elftools.elf.elffile import ELFFile
 
 UNKNOWN = "[unknown]"
 KERNEL = "[kernel]"
@@ -155,6 +155,8 @@ def load_symbols(path: str, inode: int | None = None) -> ElfSymbols | None:
 
 @lru_cache(maxsize=256)
 def _load_symbols_cached(path: str, inode: int, mtime_ns: int) -> ElfSymbols | None:
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
     try:
         with open(path, "rb") as stream:
             elf = ELFFile(stream)
@@ -197,6 +199,8 @@ def _debug_file_rows(elf: ELFFile) -> list:
     if not build_id:
         return []
     debug_path = DEBUG_ROOT / ".build-id" / build_id[:2] / f"{build_id[2:]}.debug"
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
     try:
         with open(debug_path, "rb") as stream:
             return _function_rows_of(ELFFile(stream), ".symtab")
@@ -234,6 +238,7 @@ def demangle(name: str) -> str:
     """A C++ symbol as people read it (``ns::f(int)``); other names unchanged."""
     if not name.startswith("_Z"):
         return name
+    import cxxfilt
     try:
         return cxxfilt.demangle(name)
     except cxxfilt.InvalidName:

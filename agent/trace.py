@@ -155,6 +155,15 @@ class TraceReader:
         self.truncated = True
         return self._stream.schema
 
+    def read_only(self, columns) -> None:
+        """Read only ``columns`` (those present) from now on: a replay skips
+        the bytes of the signals its detector does not use."""
+        columns = set(columns)
+        keep = [j for j, name in enumerate(self.signals) if name in columns]
+        if self._file is not None and len(keep) < len(self.signals):
+            self._file = pa.ipc.open_file(self._map, options=pa.ipc.IpcReadOptions(
+                included_fields=keep))
+
     def record_batches(self) -> Iterator[pa.RecordBatch]:
         if self._file is not None:
             for i in range(self._file.num_record_batches):
@@ -188,7 +197,7 @@ class TraceReader:
 
     def _to_batch(self, records: list[pa.RecordBatch]) -> SampleBatch:
         cols = {}
-        for j, name in enumerate(self.signals):
+        for j, name in enumerate(records[0].schema.names):
             if any(r.column(j).null_count for r in records):
                 raise UserError(f"{self.path}: column {name!r} has empty (null) cells "
                                 f"after sample {self.samples_read}")

@@ -5,7 +5,7 @@ from hypothesis import given, strategies as st
 
 from phasewatch import reference
 from phasewatch.batch import MISSING, SampleBatch
-from phasewatch.decode import COUNTERS, F, DecoderState, decode
+from phasewatch.decode import COUNTERS, F, PROFILE_COUNTERS, DecoderState, decode
 
 M = int(MISSING)
 
@@ -65,6 +65,27 @@ def test_deltas_are_per_cpu_and_carry_across_batches():
     decode(first, state, 1000.0)
     out = decode(second, state, 1000.0)
     assert list(out[F["d_instructions"]]) == [500, 60]
+
+
+def test_no_delta_is_left_over_from_the_previous_batch():
+    """The work arrays are reused: a row with no delta to take must read NaN,
+    not the delta the previous batch had in that row."""
+    state = DecoderState()
+    decode(batch(cpu=np.array([0, 1, 1]), cycles=[100, 10, 30], instructions=[100, 10, 20]),
+           state, 1000.0)
+    out = decode(batch(cpu=np.array([0, 0, 2]), cycles=[150, 170, 5],
+                       instructions=[150, 160, 5]), state, 1000.0)
+    assert list(out[F["d_cycles"]]) == [50, 20, 0]
+    assert np.isnan(out[F["cpi"], 2])
+
+
+def test_counters_not_decoded_read_nan_whatever_the_batch_size():
+    state = DecoderState(counters=PROFILE_COUNTERS)     # APERF is not decoded
+    for n in (4, 3, 5):
+        out = decode(batch(aperf=np.arange(n) * 7, mperf=np.arange(n) * 5,
+                           instructions=np.arange(n) * 3), state, 1000.0)
+        assert np.isnan(out[F["freq_mhz"]]).all()
+        assert list(out[F["d_instructions"], 1:]) == [3] * (n - 1)
 
 
 def test_thread_counters_take_deltas_per_thread():

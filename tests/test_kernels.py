@@ -1,0 +1,93 @@
+"""Kernels compiled ahead of time: built by ``make install``, taken by the
+commands users run (which then never import numba), and equal to the JIT."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from phasewatch import histograms, kernels
+
+BIN = Path(sys.executable).parent / "phasewatch"
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "synthetic-skylake.csv"
+#: Runs a phasewatch command, then says whether numba was imported.
+PROBE = ("import sys\nfrom phasewatch import cli\nstatus = cli.main(sys.argv[1:])\n"
+         "print('numba imported:', 'numba' in sys.modules)\nsys.exit(status)\n")
+
+
+def phasewatch(mode: str, *argv) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-c", PROBE, *map(str, argv)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PHASEWATCH_KERNELS": mode})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def example_trace(tmp_path_factory) -> Path:
+    trace = tmp_path_factory.mktemp("aot") / "example.arrow"
+    subprocess.run([str(BIN), "convert", str(EXAMPLE), str(trace)], check=True, capture_output=True)
+    return trace
+
+
+def test_the_module_is_built_from_these_sources():
+    assert kernels.status().startswith("ahead-of-time"), kernels.status()
+
+
+@pytest.mark.parametrize("detector", ["vpf", "vpf-ip", "vpf-ip-fold"])
+@pytest.mark.parametrize("interval", [[], ["--interval-samples", "50"], ["--adaptive"]])
+def test_replay_needs_no_jit_and_writes_what_the_jit_writes(example_trace, tmp_path, detector, interval):
+    outputs = {}
+    for mode in ("aot", "jit"):
+        outputs[mode] = tmp_path / f"{mode}.jsonl"
+        proc = phasewatch(mode, "replay", example_trace, "--detector", detector, *interval,
+                          "--output", outputs[mode])
+        assert proc.stdout.splitlines()[-1] == f"numba imported: {mode == 'jit'}"
+    aot, jit = outputs["aot"].read_bytes(), outputs["jit"].read_bytes()
+    assert len(aot.splitlines()) >= 150
+    assert aot == jit
+
+
+def test_run_needs_no_jit(abab, tmp_path):
+    proc = phasewatch("aot", "run", "--json", "--detector", "vpf-ip", "--record", tmp_path / "t.arrow",
+                      "--output", tmp_path / "r.jsonl", "--", abab, "0.3")
+    summary = json.loads(proc.stdout[:proc.stdout.rindex("numba imported")])
+    assert summary["samples"] > 500 and summary["intervals"] >= 3
+    assert proc.stdout.splitlines()[-1] == "numba imported: False"
+
+
+def test_call_keys_are_the_types_numba_gives():
+    import numba
+    a = np.arange(24.0).reshape(4, 6)
+    readonly = np.frombuffer(np.arange(5, dtype=np.uint64).tobytes(), np.uint64)
+    unaligned = np.frombuffer(b"\0" + bytes(64), np.int64, count=8, offset=1)
+    values = [a, a[:, :3], a.T, a[::2], a[0], readonly, unaligned, np.zeros((1, 5), np.int32),
+              np.zeros(0, np.bool_), True, 7, 2.5, np.uint64(3), np.int32(4), np.float64(1), np.bool_(0)]
+    for v in values:
+        assert kernels.call_key([v]) == (kernels.numba_key(numba.typeof(v)),), v
+
+
+def test_arguments_of_another_type_take_the_jit_and_are_right(monkeypatch):
+    values = np.array([0.5, 2.5, np.nan, 9.0], np.float32)     # float64 is what the pipeline passes
+    out = np.empty(4, np.int32)
+    histograms.value_bins(values, 0.0, 4.0, 4, out)
+    assert list(out) == [0, 2, -1, 3]
+    monkeypatch.setenv("PHASEWATCH_KERNELS", "aot")
+    with pytest.raises(RuntimeError, match="no ahead-of-time entry for phasewatch.histograms.value_bins"):
+        histograms.value_bins(values, 0.0, 4.0, 4, out)
+
+
+def test_a_module_built_from_other_sources_is_not_used(monkeypatch, tmp_path):
+    index = json.loads((kernels.package_dir() / kernels.MANIFEST).read_text())
+    (tmp_path / kernels.MANIFEST).write_text(json.dumps({**index, "sources": "0" * 64}))
+    monkeypatch.setattr(kernels, "package_dir", lambda: tmp_path)
+    entries, status = kernels._load()
+    assert entries == {} and "older than the sources" in status
+    (tmp_path / kernels.MANIFEST).unlink()
+    entries, status = kernels._load()
+    assert entries == {} and "make install builds it" in status
