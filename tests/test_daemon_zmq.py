@@ -76,7 +76,8 @@ def test_subscriber_receives_the_phase_changes_replay_finds(trace, tmp_path):
 
 def test_sample_batches_are_published_as_columns_when_asked(trace):
     ctx = zmq.Context()
-    daemon = Daemon("--replay", trace, "--replay-speed", "0", "--zmq-samples")
+    # Paced, so that the subscriber has joined before the first batch goes out.
+    daemon = Daemon("--replay", trace, "--replay-speed", "4", "--zmq-samples")
     sub = subscriber(ctx, daemon.zmq, "sample.")
     try:
         rows = pytest.importorskip("pyarrow.feather").read_table(trace).num_rows

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from phasewatch import kernels
 from phasewatch.collectors import registry
 from phasewatch.collectors.probe import Roots, probe
 from test_collectors_msr import file_value, write_msrs
@@ -117,7 +118,8 @@ def test_plain_text_lists_every_signal():
     proc = run_probe()
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert len(lines) == 1 + len(SIGNALS) + 1 + len(registry.REGISTRY)
+    assert len(lines) == 1 + len(SIGNALS) + 1 + len(registry.REGISTRY) + 1
     assert lines[1 + len(SIGNALS)].startswith("sources (run --source auto takes ")
+    assert lines.pop() == f"kernels: {kernels.status()}"
     del lines[1 + len(SIGNALS)]
     assert all(line.split()[0] in ("yes", "no") for line in lines[1:])
