@@ -8,7 +8,7 @@ from Python is then exported once per argument-type combination seen, through
 a wrapper that calls numba's own dispatcher (keeping each kernel's options:
 fastmath, error model, inlining), and numba.pycc compiles them all into
 ``phasewatch/_kernels_aot``, with a manifest naming each export and the
-sources it was built from (agent/kernels.py reads it).
+sources and the x86-64 level it was built for (agent/kernels.py reads it).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import io
 import itertools
 import json
 import os
+import platform
 import sys
 import tempfile
 import time
@@ -152,6 +153,8 @@ def compile_module(exports, out: Path) -> None:
         from numba.pycc import CC
     cc = CC(kernels.AOT_MODULE)
     cc.output_dir = str(out)
+    level = kernels.cpu_level(kernels.cpu_flags()) if platform.machine() == "x86_64" else ""
+    cc.target_cpu = level
     manifest_rows: dict[str, list] = {}
     for name, export, sig in exports:
         cc.export(export, sig)(_wrapper(kernels.REGISTRY[name], len(sig.args)))
@@ -160,7 +163,7 @@ def compile_module(exports, out: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cc.compile()
-    manifest = {"numpy": np.__version__, "sources": kernels.source_hash(),
+    manifest = {"numpy": np.__version__, "cpu": level, "sources": kernels.source_hash(),
                 "kernels": manifest_rows}
     tmp = out / (kernels.MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=1) + "\n")

@@ -43,6 +43,7 @@ class DecoderState:
         if scope not in ("cpu", "thread"):
             raise ValueError(f"counter scope {scope!r}: 'cpu' or 'thread'")
         self.decoded = tuple(k for k, name in enumerate(COUNTERS) if name in counters)
+        self._not_decoded = tuple(k for k in range(len(COUNTERS)) if k not in self.decoded)
         self.scope = scope
         self.owners = np.zeros(0, np.int64)       # CPU or thread ids seen, in slot order
         self._slot_of = np.full(ID_RANGES["cpu"][1] + 1, -1, np.int32)   # CPU id -> slot
@@ -64,7 +65,8 @@ class DecoderState:
             self._out = np.empty(len(FIELDS) * n)
         deltas = self._deltas[:len(COUNTERS) * n].reshape(len(COUNTERS), n)
         if n != self._rows:     # the rows of counters not decoded must read NaN
-            deltas.fill(np.nan)
+            for k in self._not_decoded:
+                deltas[k].fill(np.nan)
             self._rows = n
         return deltas, self._out[:len(FIELDS) * n].reshape(len(FIELDS), n)
 

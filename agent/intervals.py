@@ -56,7 +56,7 @@ class IntervalBlock:
     instructions: np.ndarray
     cycles: np.ndarray
     samples: np.ndarray
-    profiles: np.ndarray        # float64[n, width]
+    profiles: np.ndarray        # float64[n, width of the segments built]
     segment_samples: np.ndarray  # int64[n, 3]
     voltage_sum: np.ndarray
     pfreq_sum: np.ndarray
@@ -93,6 +93,12 @@ class IntervalAccumulator:
         stay empty, as if they had no samples."""
         last = int(np.flatnonzero(wanted)[-1]) if wanted.any() else 0
         self.built = max(last + 1, SEGMENTS.index("ip"))   # the value segments cost little
+        self._scratch = _empty_block(256, self.profile_width)
+
+    @property
+    def profile_width(self) -> int:
+        """Columns of the profiles handed on: the segments built."""
+        return int(self.layout.bounds[self.built])
 
     def set_code_map(self, code_map: CodeMap) -> None:
         self.code_map = code_map
@@ -112,19 +118,20 @@ class IntervalAccumulator:
             done += k
             if start >= n:
                 break
-            self._scratch = _join([_head(self._scratch, done), _empty_block(len(self._scratch), self.layout.width)])
+            self._scratch = _join([_head(self._scratch, done),
+                                   _empty_block(len(self._scratch), self.profile_width)])
         return _head(self._scratch, done)
 
     def pending(self) -> IntervalBlock:
         """The trailing partial interval (not counted as complete), if any samples."""
-        out = _empty_block(1, self.layout.width)
+        out = _empty_block(1, self.profile_width)
         if self.istate[_SAMPLES] == 0:
             return _head(out, 0)
         st = self.istate
         out.t_start_ns[0], out.t_end_ns[0] = st[_T_START], st[_T_LAST]
         out.instructions[0], out.cycles[0], out.samples[0] = st[_INSTR], st[_CYCLES], st[_SAMPLES]
         out.segment_samples[0] = self.seg_n
-        _normalised_copy(self.acc, self.layout.bounds, self.seg_n, out.profiles[0])
+        _normalised_copy(self.acc, self.layout.bounds[:self.built + 1], self.seg_n, out.profiles[0])
         out.voltage_sum[0], out.pfreq_sum[0] = self.fstate
         return _head(out, 1)
 

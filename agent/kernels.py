@@ -85,7 +85,7 @@ def call_key(args) -> tuple:
     """The types numba would give ``args``, as plain values: an array's dtype
     character, dimensions and flags (layout, writability); a scalar's type
     name."""
-    return tuple(_arg_key(a) for a in args)
+    return tuple([_arg_key(a) for a in args])
 
 
 _SCALARS = {bool: "bool", int: "int64", float: "float64"}
@@ -114,6 +114,33 @@ def numba_key(ty) -> tuple | str:
 
 
 # -- the ahead-of-time module -------------------------------------------------
+
+_X86_64_V2 = frozenset({"cx16", "lahf_lm", "popcnt", "pni", "sse4_1", "sse4_2", "ssse3"})
+#: x86-64 micro-architecture levels the module is built for, best first, with
+#: the /proc/cpuinfo flags each needs.  The JIT targets the host's own
+#: features; the generic x86-64 of an ahead-of-time build vectorises less.
+CPU_LEVELS = {
+    "x86-64-v3": _X86_64_V2 | {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe",
+                               "xsave"},
+    "x86-64-v2": _X86_64_V2,
+}
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The first CPU's feature flags (empty where there are none to read)."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_level(flags: frozenset[str]) -> str:
+    """The best level in CPU_LEVELS these flags allow; "" (generic) if none."""
+    return next((level for level, needs in CPU_LEVELS.items() if needs <= flags), "")
 
 _entries: dict | None = None
 _status = "not loaded yet"
@@ -165,6 +192,10 @@ def _load() -> tuple[dict, str]:
         return {}, "just-in-time: no ahead-of-time module (make install builds it)"
     if index.get("numpy") != np.__version__:
         return {}, f"just-in-time: the ahead-of-time module was built for numpy {index.get('numpy')}"
+    missing = CPU_LEVELS.get(index.get("cpu"), frozenset()) - cpu_flags()
+    if missing:
+        return {}, (f"just-in-time: the ahead-of-time module was built for {index['cpu']}, and "
+                    f"this CPU lacks {', '.join(sorted(missing))} (make install rebuilds it)")
     if index.get("sources") != source_hash():
         return {}, "just-in-time: the ahead-of-time module is older than the sources (make install)"
     try:
@@ -173,7 +204,8 @@ def _load() -> tuple[dict, str]:
         return {}, f"just-in-time: the ahead-of-time module does not load ({e})"
     entries = {name: [(key, getattr(module, export)) for key, export in rows]
                for name, rows in index["kernels"].items()}
-    return entries, f"ahead-of-time ({sum(map(len, entries.values()))} entries)"
+    return entries, (f"ahead-of-time ({sum(map(len, entries.values()))} entries, "
+                     f"{index.get('cpu') or 'generic CPU'})")
 
 
 # -- numba, when it is needed -------------------------------------------------

@@ -88,6 +88,18 @@ def test_a_module_built_from_other_sources_is_not_used(monkeypatch, tmp_path):
     monkeypatch.setattr(kernels, "package_dir", lambda: tmp_path)
     entries, status = kernels._load()
     assert entries == {} and "older than the sources" in status
+    (tmp_path / kernels.MANIFEST).write_text(json.dumps({**index, "cpu": "x86-64-v3"}))
+    monkeypatch.setattr(kernels, "cpu_flags", lambda: kernels.CPU_LEVELS["x86-64-v2"])
+    entries, status = kernels._load()
+    assert entries == {} and "built for x86-64-v3" in status and "lacks abm, avx, avx2," in status
     (tmp_path / kernels.MANIFEST).unlink()
     entries, status = kernels._load()
     assert entries == {} and "make install builds it" in status
+
+
+def test_the_build_targets_the_best_level_the_cpu_has():
+    v2, v3 = kernels.CPU_LEVELS["x86-64-v2"], kernels.CPU_LEVELS["x86-64-v3"]
+    assert kernels.cpu_level(v3 | {"avx512f"}) == "x86-64-v3"
+    assert kernels.cpu_level(v3 - {"fma"}) == "x86-64-v2"
+    assert kernels.cpu_level(v2 - {"popcnt"}) == ""
+    assert kernels.cpu_level(frozenset()) == ""
