@@ -7,8 +7,10 @@ user + sys, from wait4), the median of --repeat runs:
 * ``phasewatch replay T --output R.jsonl`` of a synthetic one-CPU trace
   (--samples samples, intervals of --interval instructions) on one core,
   against the numpy reference of the same algorithm run the same way
-  (benchmarks/reference_replay.py); the same replay without --output; and the
-  pipeline alone in this process, after start-up, for comparison;
+  (benchmarks/reference_replay.py); the same replay without --output, and
+  with the kernels just in time (PHASEWATCH_KERNELS=jit) instead of the
+  ahead-of-time module; and the pipeline alone in this process, after
+  start-up, for comparison;
 * scaling over cores: 2 × (usable CPUs) copies of the trace replayed as one
   ``phasewatch replay`` with --jobs 1, then with one job per usable CPU; and
   a trace of 2 × (usable CPUs) CPUs, --samples in all, replayed --per-cpu
@@ -33,12 +35,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from phasewatch import metadata as md, synthetic
+from phasewatch import kernels, metadata as md, synthetic
 from phasewatch.params import DetectorParams, Params
 from phasewatch.pipeline import Pipeline
 from phasewatch.trace import TraceReader, TraceWriter
 
 HERE = Path(__file__).resolve().parent
+#: The kernels just in time, as without the ahead-of-time module.
+JIT = {**os.environ, "PHASEWATCH_KERNELS": "jit"}
 BIN = str(Path(sys.executable).parent / "phasewatch")
 WORK = ("import time\n"
         "w, c = time.perf_counter(), time.process_time()\n"
@@ -79,11 +83,11 @@ def make_multi_cpu_trace(path: str, samples: int, interval: int, cpus: int) -> N
     os.replace(path + ".tmp", path)
 
 
-def timed(argv: list[str], cpus: set[int] | None = None) -> tuple[float, float, str]:
+def timed(argv: list[str], cpus: set[int] | None = None, env=None) -> tuple[float, float, str]:
     """(wall s, CPU s of the process and the children it waited for, stdout)."""
     with tempfile.TemporaryFile("w+") as out:
         t0 = time.perf_counter()
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL,
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, env=env,
                                  preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - t0
@@ -93,8 +97,8 @@ def timed(argv: list[str], cpus: set[int] | None = None) -> tuple[float, float, 
         return wall, usage.ru_utime + usage.ru_stime, out.read()
 
 
-def median_of(repeat: int, argv: list[str], cpus=None) -> tuple[float, float]:
-    runs = [timed(argv, cpus)[:2] for _ in range(repeat)]
+def median_of(repeat: int, argv: list[str], cpus=None, env=None) -> tuple[float, float]:
+    runs = [timed(argv, cpus, env)[:2] for _ in range(repeat)]
     return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
 
 
@@ -107,6 +111,7 @@ def pipeline_only(path: str, cpu: int) -> tuple[float, int]:
         pipe = Pipeline.for_trace(meta, Params(interval=md.interval_params(meta),
                                                histograms=md.histogram_params(meta),
                                                detector=DetectorParams()))
+        reader.read_only(pipe.columns)
         t0 = time.perf_counter()
         for batch in reader.batches():
             pipe.feed(batch)
@@ -151,6 +156,8 @@ def main() -> int:
 
     replay = median_of(args.repeat, [BIN, "replay", trace, "--output", out], one)
     no_out = median_of(args.repeat, [BIN, "replay", trace], one)
+    timed([BIN, "replay", small], one, JIT)                  # fill numba's own cache
+    jit = median_of(args.repeat, [BIN, "replay", trace, "--output", out], one, JIT)
     ref = median_of(args.reference_repeat,
                     [sys.executable, str(HERE / "reference_replay.py"), trace,
                      "--output", out + ".ref"], one)
@@ -190,10 +197,12 @@ def main() -> int:
 
     print(f"machine: {len(usable)} usable CPUs, load average {os.getloadavg()[0]:.1f} at the end; "
           f"median of {args.repeat} (reference: {args.reference_repeat})")
-    print(f"trace: {samples:,} samples of one CPU, {intervals:,} intervals")
+    print(f"trace: {samples:,} samples of one CPU, {intervals:,} intervals; "
+          f"kernels: {kernels.status()}")
     rows = [
         ("replay --output, whole process, one core", replay, samples / replay[0] / 1e6),
         ("replay without --output, whole process, one core", no_out, samples / no_out[0] / 1e6),
+        ("replay --output, kernels just in time (numba's cache)", jit, samples / jit[0] / 1e6),
         ("numpy reference with output, whole process, one core", ref, samples / ref[0] / 1e6),
         ("pipeline alone, in process, after start-up, one core", (pipe_s, None),
          samples / pipe_s / 1e6),
