@@ -46,7 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="phasewatch-aot-") as tmp:
         workload(Path(tmp))
     exports = collect_exports()
-    compile_module(exports, args.out)
+    try:
+        compile_module(exports, args.out)
+    except (ImportError, OSError, distutils_errors()) as exc:
+        print(f"phasewatch: kernels not compiled ahead of time ({exc}); they will run "
+              f"just in time, with a slower start", file=sys.stderr)
+        return 0
     if not args.quiet:
         print(f"phasewatch: {len(exports)} kernel entries compiled ahead of time into "
               f"{args.out / kernels.AOT_MODULE} in {time.monotonic() - t0:.0f} s")
@@ -145,6 +150,15 @@ def collect_exports() -> list[tuple[str, str, object]]:
         for i, argtypes in enumerate(sorted(k.seen, key=str)):
             exports.append((name, f"{short}__{i}", k.dispatcher.overloads[argtypes].signature))
     return exports
+
+
+def distutils_errors() -> type:
+    """The error numba.pycc raises when the C compiler fails."""
+    try:
+        from distutils.errors import CCompilerError
+    except ImportError:
+        return OSError
+    return CCompilerError
 
 
 def compile_module(exports, out: Path) -> None:
