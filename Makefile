@@ -11,7 +11,7 @@ BUILD     := build
 
 .PHONY: install install-system install-system-files demo test pytest bench kmod kmod-test clean
 
-AOT       := agent/_kernels_aot.json
+AOT       := agent/core/_kernels_aot.json
 
 install: $(STAMP_PIP) $(AOT)
 
@@ -29,12 +29,12 @@ $(STAMP_PIP): $(STAMP_APT) setup.cfg pyproject.toml
 	$(PY) -c "import perf, numba, numpy, zmq, prometheus_client, psutil, pyarrow"
 	touch $@
 
-# The pipeline's kernels compiled ahead of time (agent/kernels.py), so that a
+# The pipeline's kernels compiled ahead of time (agent/core/kernels.py), so that a
 # command starts without numba's compiler; rebuilt when any source changes
 # (until then the kernels run just in time).  Bytecode is compiled too: where
 # PYTHONDONTWRITEBYTECODE is set, every start would compile the sources again.
-$(AOT): $(STAMP_PIP) $(wildcard agent/*.py collectors/*.py)
-	$(PY) -m phasewatch.aot_build
+$(AOT): $(STAMP_PIP) $(wildcard agent/*.py agent/*/*.py collectors/*.py)
+	$(PY) -m phasewatch.cli.aot_build
 	$(PY) -m compileall -q agent collectors
 
 # The daemon as a system service: a venv of its own in PREFIX (a checkout under
@@ -47,7 +47,7 @@ SYSCONF   ?= /etc
 install-system: install install-system-files
 	/usr/bin/python3 -m venv --system-site-packages $(DESTDIR)$(PREFIX)
 	$(DESTDIR)$(PREFIX)/bin/pip install -q .
-	$(DESTDIR)$(PREFIX)/bin/python -m phasewatch.aot_build
+	$(DESTDIR)$(PREFIX)/bin/python -m phasewatch.cli.aot_build
 	if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null; then systemctl daemon-reload; fi
 
 install-system-files:

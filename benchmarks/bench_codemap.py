@@ -18,11 +18,11 @@ import time
 
 import numpy as np
 
-from phasewatch.codemap import CodeMap, code_bins_reference
-from phasewatch.histograms import ip_bins
-from phasewatch.process_maps import mapping_row
-from phasewatch.symbols import read_maps
-from phasewatch.tracefiles import open_trace
+from phasewatch.core.codemap import CodeMap, code_bins_reference
+from phasewatch.core.histograms import ip_bins
+from phasewatch.formats.tracefiles import open_trace
+from phasewatch.live.process_maps import mapping_row
+from phasewatch.live.symbols import read_maps
 
 
 def timed(fn, repeat: int) -> float:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Adjusted Rand index of each detector on the eight-phase synthetic traces
-(``phasewatch.synthetic.eight_phases``: 2-32 KiB code regions over a 1.8 MiB
+(``phasewatch.formats.synthetic.eight_phases``: 2-32 KiB code regions over a 1.8 MiB
 text, one pair alike in voltage and frequency), seeds 1-5, with the pipeline
 and with the numpy reference of the same algorithm.
 
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from phasewatch import metadata as md, reference, synthetic
-from phasewatch.batch import concat
-from phasewatch.params import DetectorParams, Params
-from phasewatch.pipeline import Pipeline
-from phasewatch.results import adjusted_rand_index
+from phasewatch.core import reference
+from phasewatch.core.batch import concat
+from phasewatch.core.params import DetectorParams, Params, histogram_params_of, interval_params_of
+from phasewatch.core.pipeline import Pipeline
+from phasewatch.formats import synthetic
+from phasewatch.formats.results import adjusted_rand_index
 
 INTERVAL = 100_000_000
 SEEDS = (1, 2, 3, 4, 5)
@@ -33,7 +34,7 @@ def main() -> int:
         traces.append((batch, synthetic.labels(schedule)))
     meta = synthetic.eight_phase_metadata(INTERVAL)
     for detector in DETECTORS:
-        params = Params(interval=md.interval_params(meta), histograms=md.histogram_params(meta),
+        params = Params(interval=interval_params_of(meta), histograms=histogram_params_of(meta),
                         detector=DetectorParams(detector=detector))
         scores, ref_scores, found = [], [], []
         for batch, labels in traces:

@@ -21,12 +21,12 @@ import time
 
 import numpy as np
 
-from phasewatch.batch import SampleBatch
-from phasewatch.classify import ClassifierState, classify
-from phasewatch.intervals import SEGMENT_KINDS, SEGMENTS, IntervalAccumulator
-from phasewatch.params import DetectorParams, HistogramParams, IntervalParams, Params
-from phasewatch.pipeline import Pipeline
-from phasewatch.results import PhaseSummary
+from phasewatch.core.batch import SampleBatch
+from phasewatch.core.classify import ClassifierState, classify
+from phasewatch.core.intervals import SEGMENT_KINDS, SEGMENTS, IntervalAccumulator
+from phasewatch.core.params import DetectorParams, HistogramParams, IntervalParams, Params
+from phasewatch.core.pipeline import Pipeline
+from phasewatch.formats.results import PhaseSummary
 
 BATCH = 65536
 

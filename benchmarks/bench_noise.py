@@ -27,10 +27,10 @@ import argparse
 
 import numpy as np
 
-from phasewatch.histograms import (TOTAL_VARIATION, expected_total_variation_reference,
-                                   segment_distance_reference,
-                                   total_variation_distance_reference)
-from phasewatch.params import DEFAULT_THRESHOLD
+from phasewatch.core.histograms import (TOTAL_VARIATION, expected_total_variation_reference,
+                                        segment_distance_reference,
+                                        total_variation_distance_reference)
+from phasewatch.core.params import DEFAULT_THRESHOLD
 
 BINS = 1024
 SAMPLES = (10, 30, 100, 300, 1000)

@@ -7,7 +7,7 @@ Generates a synthetic trace of --samples samples (10M by default, cached under
 * replay throughput from the trace format (read + decode + intervals + phases),
   in samples/s on one core, after start-up;
 * the same pipeline against the straightforward numpy implementation
-  (phasewatch.reference) on the first --reference-samples samples, side by side;
+  (phasewatch.core.reference) on the first --reference-samples samples, side by side;
 * the classification kernel alone, in intervals/s;
 * start-up: ``phasewatch replay`` of a small trace as a fresh process, and
   the same just in time (PHASEWATCH_KERNELS=jit) with a cold numba cache.
@@ -24,22 +24,22 @@ import tempfile
 import time
 
 import numpy as np
-
-from phasewatch import metadata as md, reference, synthetic
-from phasewatch.batch import concat
-from phasewatch.classify import ClassifierState, classify
-from phasewatch.intervals import SEGMENT_KINDS, SEGMENTS
-from phasewatch.params import DetectorParams, Params
-from phasewatch.pipeline import Pipeline
-from phasewatch.trace import TraceReader
-
 from bench_whole import make_trace  # the same synthetic trace maker
+
+from phasewatch.core import reference
+from phasewatch.core.batch import concat
+from phasewatch.core.classify import ClassifierState, classify
+from phasewatch.core.intervals import SEGMENT_KINDS, SEGMENTS
+from phasewatch.core.params import DetectorParams, Params, histogram_params_of
+from phasewatch.core.pipeline import Pipeline
+from phasewatch.formats import synthetic
+from phasewatch.formats.trace import TraceReader
 
 INTERVAL = 100_000_000
 
 
 def params_for(meta, detector: str) -> Params:
-    return Params(histograms=md.histogram_params(meta), detector=DetectorParams(detector=detector))
+    return Params(histograms=histogram_params_of(meta), detector=DetectorParams(detector=detector))
 
 
 def replay_once(path: str, detector: str) -> tuple[float, int, int]:
@@ -76,7 +76,7 @@ def reference_pair(path: str, n: int, detector: str) -> tuple[float, float]:
 def kernel_rate(n_intervals: int, detector: str) -> float:
     rng = np.random.default_rng(3)
     params = params_for(synthetic.metadata(INTERVAL), detector)
-    from phasewatch.intervals import Layout
+    from phasewatch.core.intervals import Layout
     layout = Layout.of(params.histograms)
     centres = rng.dirichlet(np.ones(layout.width), size=6)
     prof = centres[rng.integers(0, 6, n_intervals)] + rng.normal(0, 0.002, (n_intervals, layout.width))

@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from phasewatch.collectors import msr
-from phasewatch.child import Child
 from phasewatch.collectors.perf_source import PerfSource
 from phasewatch.collectors.sampler import Sampler
+from phasewatch.core import registers
+from phasewatch.live.child import Child
 
 
 def cpu_seconds() -> float:
@@ -43,7 +44,7 @@ def fake_msr_files(root: Path, ncpu: int) -> str:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as f:
             f.truncate(0x1000)
-            for address in sorted(msr.REGISTERS.values()):
+            for address in sorted(registers.REGISTERS.values()):
                 f.seek(address)
                 f.write(struct.pack("<Q", address))
     return str(root / "cpu{cpu}" / "msr")
@@ -132,7 +133,7 @@ def main(argv=None) -> int:
           f"{'reads µs/tick':>14} {'missed':>7}")
     with tempfile.TemporaryDirectory() as d:
         template = fake_msr_files(Path(d), max(counts))
-        for columns in (msr.ALL_COLUMNS, CORE):
+        for columns in (registers.ALL_COLUMNS, CORE):
             for n in counts:
                 r = bench_sampler(n, args.seconds, args.runs, template, columns)
                 print(f"{r['registers']:>5} {r['cpus']:>5} {r['total_pct']:>8.2f} {r['per_cpu_pct']:>11.2f} "

@@ -35,10 +35,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from phasewatch import kernels, metadata as md, synthetic
-from phasewatch.params import DetectorParams, Params
-from phasewatch.pipeline import Pipeline
-from phasewatch.trace import TraceReader, TraceWriter
+from phasewatch.core import kernels
+from phasewatch.core.params import DetectorParams, Params, histogram_params_of, interval_params_of
+from phasewatch.core.pipeline import Pipeline
+from phasewatch.formats import synthetic
+from phasewatch.formats.trace import TraceReader, TraceWriter
 
 HERE = Path(__file__).resolve().parent
 #: The kernels just in time, as without the ahead-of-time module.
@@ -68,7 +69,8 @@ def make_multi_cpu_trace(path: str, samples: int, interval: int, cpus: int) -> N
     if os.path.exists(path):
         return
     import numpy as np
-    from phasewatch.batch import SampleBatch, concat
+
+    from phasewatch.core.batch import SampleBatch, concat
     streams = []
     for cpu in range(cpus):
         schedule = synthetic.repeat_schedule(samples // cpus, interval)
@@ -108,8 +110,8 @@ def pipeline_only(path: str, cpu: int) -> tuple[float, int]:
     try:
         reader = TraceReader(path)
         meta = reader.metadata
-        pipe = Pipeline.for_trace(meta, Params(interval=md.interval_params(meta),
-                                               histograms=md.histogram_params(meta),
+        pipe = Pipeline.for_trace(meta, Params(interval=interval_params_of(meta),
+                                               histograms=histogram_params_of(meta),
                                                detector=DetectorParams()))
         reader.read_only(pipe.columns)
         t0 = time.perf_counter()

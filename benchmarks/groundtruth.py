@@ -10,7 +10,7 @@ generated C file, a perl script of two halves, xz with two threads):
    executable mapping.  callgrind with cache and branch simulation, dumped
    every 2M blocks, gives the CPI model (below).  (groundtruth_build.py;
    outputs kept in DIR and reused.)
-2. SimPoint's method (phasewatch.simpoint on scikit-learn: 15-d random
+2. SimPoint's method (phasewatch.simpoint.method on scikit-learn: 15-d random
    projection, k-means, BIC; no SimPoint binary is installed here) labels the
    intervals: the reference labelling.
 3. phasewatch's bbv detector replays the .bb file online.
@@ -50,14 +50,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from groundtruth_build import build, paths  # noqa: E402
 from groundtruth_workloads import WORKLOADS, available  # noqa: E402
 
-from phasewatch import detectors, metadata as md  # noqa: E402
-from phasewatch.batch import SampleBatch  # noqa: E402
-from phasewatch.bbvdetect import BbvDetector  # noqa: E402
-from phasewatch.bbvfile import looks_like_bb, read_bb, read_pc, read_symtab_mappings  # noqa: E402
-from phasewatch.cmd_eval import cpi_cov_quality  # noqa: E402
-from phasewatch.params import DetectorParams, IntervalParams  # noqa: E402
-from phasewatch.simpoint import simpoint  # noqa: E402
-from phasewatch.trace import TraceWriter  # noqa: E402
+from phasewatch.core import detectors
+from phasewatch.formats import metadata as md  # noqa: E402
+from phasewatch.core.batch import SampleBatch  # noqa: E402
+from phasewatch.simpoint.bbvdetect import BbvDetector  # noqa: E402
+from phasewatch.formats.bbvfile import looks_like_bb, read_bb, read_pc, read_symtab_mappings  # noqa: E402
+from phasewatch.cli.eval import cpi_cov_quality  # noqa: E402
+from phasewatch.core.params import DetectorParams, IntervalParams  # noqa: E402
+from phasewatch.simpoint.method import simpoint  # noqa: E402
+from phasewatch.formats.trace import TraceWriter  # noqa: E402
 
 INTERVAL = 100_000_000
 SAMPLES_PER_INTERVAL = 100

@@ -2,7 +2,7 @@
 """The numpy reference of the whole algorithm as a command, for the benchmarks.
 
 ``reference_replay.py TRACE --output R.jsonl``: reads the whole trace at once
-(pyarrow), runs ``phasewatch.reference.detect`` (plain numpy, no compiled
+(pyarrow), runs ``phasewatch.core.reference.detect`` (plain numpy, no compiled
 kernels, no state between batches) and writes one ``json.dumps`` per interval.
 What a straightforward implementation of the same algorithm costs, start-up
 included, to set beside ``phasewatch replay``.
@@ -18,9 +18,9 @@ import sys
 import numpy as np
 import pyarrow as pa
 
-from phasewatch import metadata as md, reference
-from phasewatch.batch import SampleBatch
-from phasewatch.params import DetectorParams, Params
+from phasewatch.core import reference
+from phasewatch.core.batch import SampleBatch
+from phasewatch.core.params import DetectorParams, Params, histogram_params_of, interval_params_of
 
 KEYS = ("index", "t_start_ns", "t_end_ns", "instructions", "cycles", "samples",
         "distance", "phase", "new_phase")
@@ -36,7 +36,7 @@ def main() -> int:
         table = pa.ipc.open_file(f).read_all()
     meta = json.loads(table.schema.metadata[b"phasewatch"])
     batch = SampleBatch({n: table.column(n).to_numpy() for n in table.column_names})
-    params = Params(interval=md.interval_params(meta), histograms=md.histogram_params(meta),
+    params = Params(interval=interval_params_of(meta), histograms=histogram_params_of(meta),
                     detector=DetectorParams(detector=args.detector))
     phase, dist, new, ends = reference.detect(batch, params, meta["base_freq_mhz"])
     before = np.concatenate([[0], ends[:-1]])       # the sample each interval starts after

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from phasewatch import cpumodels
+from phasewatch.core import cpumodels
 
 
 @dataclass(frozen=True)
@@ -77,27 +77,22 @@ def base_frequency_khz(cpu: int = 0, sys_root: str = "/sys") -> int | None:
         return None
 
 
-#: The base frequency assumed where neither cpufreq nor cpuinfo tells it: it
-#: turns a sampling rate into a cycles period, and APERF/PPERF ratios into MHz.
-FALLBACK_BASE_HZ = 3e9
-
-
 def base_frequency_hz(cpu: int = 0, sys_root: str = "/sys", proc: str = "/proc") -> tuple[float, str]:
     """The base (TSC) frequency and where it came from: cpufreq's
     ``base_frequency``, else cpuinfo's MHz on a CPU whose TSC is constant,
-    else :data:`FALLBACK_BASE_HZ`."""
+    else :data:`cpumodels.FALLBACK_BASE_HZ`."""
     khz = base_frequency_khz(cpu, sys_root)
     if khz:
         return khz * 1e3, "cpufreq base_frequency"
     try:
         info = read_cpuinfo(proc)
     except OSError:
-        return FALLBACK_BASE_HZ, "unknown: assumed"
+        return cpumodels.FALLBACK_BASE_HZ, "unknown: assumed"
     if info.mhz and "constant_tsc" in info.flags:
         return info.mhz * 1e6, "cpuinfo MHz (constant TSC)"
     if info.mhz:
         return info.mhz * 1e6, "cpuinfo MHz"
-    return FALLBACK_BASE_HZ, "unknown: assumed"
+    return cpumodels.FALLBACK_BASE_HZ, "unknown: assumed"
 
 
 def package_of(cpu: int, sys_root: str = "/sys") -> int:

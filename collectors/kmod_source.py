@@ -4,7 +4,7 @@ The module writes fixed-size records into one ring per watched CPU and maps
 the rings read-only into the reader (ABI: ``kmod/phasewatch_uapi.h``).  This
 source views each ring as a numpy structured array, copies each new span of
 records out column by column, hands the span back to the module
-(``PW_IOC_CONSUME``), and yields :class:`phasewatch.batch.SampleBatch`.
+(``PW_IOC_CONSUME``), and yields :class:`phasewatch.core.batch.SampleBatch`.
 
 A regular file laid out as rings back to back (each with its header) stands
 in for the device: the source then reads what the file holds and ends.
@@ -21,10 +21,10 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from phasewatch.batch import MISSING, SampleBatch, concat
+from phasewatch.core.batch import MISSING, SampleBatch, concat
+from phasewatch.core.registers import REGISTERS
 
 from .ioctl import IOC_NONE, IOC_READ, IOC_WRITE, ioc
-from .msr import REGISTERS
 
 DEVICE = "/dev/phasewatch"
 ABI_VERSION = 1
@@ -35,7 +35,7 @@ REC_USER, REC_TARGET = 1 << 0, 1 << 1
 CLOCKS = {0: "none", 1: "instructions", 2: "software"}
 
 #: The allowlist order of ``enum pw_msr``: bit i of the MSR mask reads MSRS[i].
-#: Their addresses are :data:`phasewatch.collectors.msr.REGISTERS`.
+#: Their addresses are :data:`phasewatch.core.registers.REGISTERS`.
 MSRS = ("perf_status", "mperf", "aperf", "pperf", "tsc", "c3", "c6", "c7")
 
 _u32, _u64 = "<u4", "<u8"
@@ -158,7 +158,7 @@ def msr_mask(names: Iterable[str]) -> int:
 
 
 class KmodSource:
-    """A :class:`phasewatch.source.Source` over ``/dev/phasewatch`` (or a ring file)."""
+    """A :class:`phasewatch.core.source.Source` over ``/dev/phasewatch`` (or a ring file)."""
 
     def __init__(self, device: str = DEVICE, *, cpus: Iterable[int] | None = None,
                  period_ns: int = 0, interval_instructions: int = 0,

@@ -5,7 +5,7 @@ program); each row is given the register values of the secondary source (the
 MSR sampler) read last on the same CPU at or before the row's time, an "as
 of" join.  Both sources stamp CLOCK_MONOTONIC, so their times compare
 directly.  A row whose CPU has no register reading within ``tolerance_ns``
-before it gets :data:`~phasewatch.batch.MISSING` values, which the decoder
+before it gets :data:`~phasewatch.core.batch.MISSING` values, which the decoder
 drops like any unread value.
 
 Primary rows newer than the newest secondary reading are held back until the
@@ -22,7 +22,7 @@ from typing import Iterator
 
 import numpy as np
 
-from phasewatch.batch import MISSING, RAW_DTYPES, SampleBatch, concat
+from phasewatch.core.batch import MISSING, RAW_DTYPES, SampleBatch, concat
 
 #: Register readings kept per CPU for the join: far more than the time the
 #: primary's rows can lag behind (one wake-up, about half a second).

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from phasewatch.batch import MISSING
+from phasewatch.core.batch import MISSING
 
 from . import perf_event as pe
 

@@ -22,11 +22,10 @@ from typing import Iterator
 
 import numpy as np
 
-from phasewatch.batch import SampleBatch
+from phasewatch.core.batch import SampleBatch
 from phasewatch.errors import MissingPrivilege, UserError
 
-from . import perf_event as pe
-from . import perf_msr
+from . import perf_event as pe, perf_msr
 from .cpuinfo import base_frequency_hz, online_cpus, read_cpuinfo
 
 SAMPLE_TYPE = pe.SAMPLE_IP | pe.SAMPLE_TID | pe.SAMPLE_TIME | pe.SAMPLE_CPU | pe.SAMPLE_PERIOD
@@ -88,7 +87,7 @@ class PerfSource:
     ``msr_pmu``: attach tsc/aperf/mperf/pperf from the kernel's msr PMU where
     it exposes them (no msr module, no CAP_SYS_RAWIO needed).
     ``enable_on_exec``: start counting when ``pid`` calls exec (a child
-    started paused by :meth:`phasewatch.child.Child.start`).
+    started paused by :meth:`phasewatch.live.child.Child.start`).
     ``cycles_hz`` turns ``rate_hz`` into a cycles period (default: the base
     frequency); ``period`` sets the sampling period directly instead.
     """

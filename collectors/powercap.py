@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from phasewatch.batch import MISSING
+from phasewatch.core.batch import MISSING
 
 DEFAULT_ROOT = "/sys/class/powercap"
 

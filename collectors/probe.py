@@ -7,44 +7,18 @@ opens the perf event) rather than guessing from the CPU model.
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
-from phasewatch.cpumodels import MAX_PLAUSIBLE_MHZ, PLAUSIBLE_VOLTAGE_MV
+from phasewatch.core.cpumodels import MAX_PLAUSIBLE_MHZ, PLAUSIBLE_VOLTAGE_MV
+from phasewatch.core.registers import REGISTERS, voltage_volts
 from phasewatch.errors import UserError
 
-from . import cpufreq, cpuidle, hwmon, msr, perf_event as pe, perf_msr, powercap, registry
+from . import cpufreq, cpuidle, hwmon, msr, perf_event as pe, powercap, registry
+from .checks import PERF_RATE, PerfChecks, Row
 from .cpuinfo import base_frequency_hz, read_cpuinfo
 
 SAMPLER_RATE = "1 kHz per CPU (sampler)"
-PERF_RATE = "1 kHz (in each perf sample)"
-
-
-@dataclass
-class Row:
-    signal: str
-    key: str
-    available: bool
-    source: str | None = None
-    rate: str | None = None
-    value: object = None
-    unit: str | None = None
-    reason: str | None = None
-    #: Set when the value read cannot be a measurement; ``value`` is then None.
-    implausible: str | None = None
-
-    def check(self, low: float, high: float, scale: float = 1.0, unit: str = "") -> "Row":
-        """Flag a value outside [low, high] (in ``value * scale`` ``unit``)."""
-        if isinstance(self.value, (int, float)) and not low <= self.value * scale <= high:
-            self.implausible = (f"read {self.value * scale:g} {unit}, outside the plausible "
-                                f"{low:g}-{high:g} {unit}: not a measurement (a wrong device "
-                                f"or register?)")
-            self.value, self.available = None, False
-            self.reason = f"{self.source}: {self.implausible}"
-        return self
 
 
 @dataclass
@@ -100,8 +74,8 @@ def voltage_row(regs, msr_reason, msr_source, model, virtual: bool, roots: Roots
     row = Row("core voltage", "voltage", False, unit="V")
     raw = regs.get("perf_status")
     if isinstance(raw, int):
-        row.available, row.source, row.rate = True, f"{msr_source} {msr.REGISTERS['perf_status']:#x} bits 47:32", SAMPLER_RATE
-        row.value = float(msr.voltage_volts(raw))
+        row.available, row.source, row.rate = True, f"{msr_source} {REGISTERS['perf_status']:#x} bits 47:32", SAMPLER_RATE
+        row.value = float(voltage_volts(raw))
         return row.check(*PLAUSIBLE_VOLTAGE_MV, scale=1000.0, unit="mV")
     if model.voltage_source == "hwmon" and model.hwmon_voltage:
         found = hwmon.find_input(*model.hwmon_voltage, root=roots.hwmon)
@@ -127,7 +101,7 @@ def counter_row(name, regs, msr_reason, msr_source, perf: "PerfChecks", model) -
     row = Row(name, name, False, unit="count")
     raw = regs.get(name)
     if isinstance(raw, int):
-        row.available, row.source, row.rate, row.value = True, f"{msr_source} {msr.REGISTERS[name]:#x}", SAMPLER_RATE, raw
+        row.available, row.source, row.rate, row.value = True, f"{msr_source} {REGISTERS[name]:#x}", SAMPLER_RATE, raw
         return row
     pmu_value, pmu_reason = perf.msr_pmu(name)
     if pmu_value is not None:
@@ -146,7 +120,7 @@ def cstate_row(name, regs, msr_reason, msr_source, model) -> Row:
     row = Row(f"{name} residency", name, False, unit="count")
     raw = regs.get(name)
     if isinstance(raw, int):
-        row.available, row.source, row.rate, row.value = True, f"{msr_source} {msr.REGISTERS[name]:#x}", SAMPLER_RATE, raw
+        row.available, row.source, row.rate, row.value = True, f"{msr_source} {REGISTERS[name]:#x}", SAMPLER_RATE, raw
     elif isinstance(raw, OSError):
         row.reason = msr.register_failure(name, raw, msr_source)
     elif not model.has_cstate_residency and not model.virtual:
@@ -154,69 +128,6 @@ def cstate_row(name, regs, msr_reason, msr_source, model) -> Row:
     else:
         row.reason = f"{msr_reason}; cpuidle sysfs is the fallback"
     return row
-
-
-# --- perf_event ------------------------------------------------------------------
-
-class PerfChecks:
-    """Opens the perf events the agent would use, once each, and says why not."""
-
-    def __init__(self, cpu: int, virtual: bool, sys_root: str):
-        self.cpu = cpu
-        self.virtual = virtual
-        self.sys_root = sys_root
-
-    def _try(self, attr: pe.Attr, pid: int = 0, cpu: int = -1) -> str | None:
-        """None if the event opens, else the one-line reason and fix."""
-        try:
-            fd = pe.perf_event_open(attr, pid, cpu)
-        except OSError as exc:
-            return self.reason(exc)
-        os.close(fd)
-        return None
-
-    def reason(self, exc: OSError) -> str:
-        return pe.advice(exc, virtual=self.virtual)
-
-    def counter_row(self, name: str) -> Row:
-        config = pe.HW_INSTRUCTIONS if name == "instructions" else pe.HW_CPU_CYCLES
-        why = self._try(pe.Attr(pe.TYPE_HARDWARE, config, flags={"exclude_kernel", "exclude_hv"}))
-        if why:
-            return Row(name, name, False, unit="count", reason=why)
-        return Row(name, name, True, "perf hardware counter (group)", PERF_RATE, unit="count")
-
-    def ip_row(self) -> Row:
-        flags = {"exclude_kernel", "exclude_hv", "disabled"}
-        st = pe.SAMPLE_IP | pe.SAMPLE_TID | pe.SAMPLE_TIME
-        cycles = pe.Attr(pe.TYPE_HARDWARE, pe.HW_CPU_CYCLES, sample_period=3_000_000,
-                         sample_type=st, flags=flags)
-        why_cycles = self._try(cycles)
-        if why_cycles is None:
-            return Row("instruction pointer", "ip", True, "perf sampling of cycles", "1 kHz")
-        clock = pe.Attr(pe.TYPE_SOFTWARE, pe.SW_CPU_CLOCK, sample_period=1_000_000,
-                        sample_type=st, flags=flags)
-        why_clock = self._try(clock)
-        if why_clock is None:
-            return Row("instruction pointer", "ip", True,
-                       f"perf sampling of cpu-clock (cycles: {why_cycles})", "1 kHz")
-        return Row("instruction pointer", "ip", False, reason=why_clock)
-
-    def msr_pmu(self, name: str) -> tuple[int | None, str]:
-        """A first reading of the msr PMU's event on this CPU, or the reason not."""
-        if pe.pmu_type(perf_msr.PMU, self.sys_root) is None:
-            return None, "no perf msr PMU (kernel without CONFIG_PERF_EVENTS_MSR)"
-        if name not in perf_msr.available_columns(self.sys_root):
-            return None, f"perf msr PMU has no {name} event on this CPU"
-        try:
-            reader = perf_msr.PerfMsrReader([self.cpu], (name,), self.sys_root)
-        except OSError as exc:
-            return None, self.reason(exc)
-        out = np.zeros((1, 1), np.uint64)
-        try:
-            reader.read(out)
-        finally:
-            reader.close()
-        return int(out[0, 0]), ""
 
 
 # --- sysfs -------------------------------------------------------------------

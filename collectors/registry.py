@@ -36,7 +36,7 @@ process to watch (with its threads and children), ``cpus`` the CPUs to watch
 (system-wide when ``pid`` is None; the CPUs whose registers are read when it
 is given; default: all online).  ``perf_options`` go to
 :class:`~.perf_source.PerfSource` (``enable_on_exec``, ``wakeup``, ``poll_ms``).
-The source satisfies :class:`phasewatch.source.Source`; its ``signals`` are
+The source satisfies :class:`phasewatch.core.source.Source`; its ``signals`` are
 its batch columns, and its ``metadata`` says what it took: ``source`` (the
 entry, e.g. ``"perf+msr"``), ``signals`` (column -> the source it came from),
 ``counter_scope``, and ``not_taken`` (entry -> the reason it was passed over).
@@ -51,6 +51,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import Callable
 
+from phasewatch.core import registers
 from phasewatch.errors import UserError
 
 from . import msr, perf_msr, powercap
@@ -233,8 +234,8 @@ def open_sampler(host: Host, target: Target):
     cpus = target.cpus if target.cpus is not None else online_cpus(host.sys_root)
     model = read_cpuinfo().cpu_model()
     offer = check_msr(host)
-    wanted = [c for c in (model.msr_columns or msr.ALL_COLUMNS) if c in offer.columns] \
-        or [c for c in offer.columns if c in msr.REGISTERS]
+    wanted = [c for c in (model.msr_columns or registers.ALL_COLUMNS) if c in offer.columns] \
+        or [c for c in offer.columns if c in registers.REGISTERS]
     not_taken: dict[str, str] = {}
     if offer.detail.startswith("perf msr PMU"):
         readers = [perf_msr.PerfMsrReader(cpus, wanted, host.sys_root)]
@@ -255,7 +256,7 @@ def open_sampler(host: Host, target: Target):
 
 @register("perf", "perf_event: IP sampling, instructions and cycles, the perf msr PMU")
 def check_perf(host: Host) -> Offer:
-    from .probe import PerfChecks
+    from .checks import PerfChecks
     checks = PerfChecks(host.cpu, read_cpuinfo().hypervisor, host.sys_root)
     ip = checks.ip_row()
     if not ip.available:

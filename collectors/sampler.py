@@ -28,7 +28,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from phasewatch.batch import SampleBatch
+from phasewatch.core.batch import SampleBatch
 
 CLOCK_MONOTONIC, TIMER_ABSTIME = 1, 1
 PR_SET_TIMERSLACK = 29
@@ -54,7 +54,7 @@ def _tighten_timer_slack() -> None:
 class Sampler:
     """Samples ``readers`` for ``cpus`` at ``rate_hz`` in a background thread.
 
-    ``readers``: :class:`phasewatch.source.Reader` objects, each filling a
+    ``readers``: :class:`phasewatch.core.source.Reader` objects, each filling a
     ``(len(cpus), len(columns))`` uint64 array per tick; a reader that can
     lose CPUs lists them in ``lost_cpus``.
     ``max_ticks`` ends the run after that many ticks (tests, benchmarks).

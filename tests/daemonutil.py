@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from phasewatch import synthetic
-from phasewatch.batch import SampleBatch, concat
-from phasewatch.trace import TraceWriter
+from phasewatch.core.batch import SampleBatch, concat
+from phasewatch.formats import synthetic
+from phasewatch.formats.trace import TraceWriter
 
 BIN = Path(sys.executable).parent
 DAEMON = BIN / "phasewatchd"

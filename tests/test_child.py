@@ -1,4 +1,4 @@
-"""Starting and supervising real child processes (phasewatch.child)."""
+"""Starting and supervising real child processes (phasewatch.live.child)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.child import Child, choose_cpu, cpu_busy_fractions, format_cpu_list, least_loaded, resolve_command
 from phasewatch.errors import CommandNotExecutable, CommandNotFound, UserError
+from phasewatch.live.child import (Child, choose_cpu, cpu_busy_fractions, format_cpu_list,
+                                   least_loaded, resolve_command)
 
 # An agent in miniature: starts CMD under supervision with signal forwarding,
 # prints how CMD ended and what the agent received, exits with CMD's status.
 AGENT = textwrap.dedent("""
     import sys
-    from phasewatch.child import Child
+    from phasewatch.live.child import Child
     child = Child.start(sys.argv[1:], pin=False)
     child.release()
     with child.forward_signals() as forwarder:

@@ -3,9 +3,9 @@
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from phasewatch.classify import ClassifierState, classify, classify_reference
-from phasewatch.intervals import SEGMENT_KINDS
-from phasewatch.params import DetectorParams
+from phasewatch.core.classify import ClassifierState, classify, classify_reference
+from phasewatch.core.intervals import SEGMENT_KINDS
+from phasewatch.core.params import DetectorParams
 
 BOUNDS = np.array([0, 8, 24, 32])
 

@@ -9,12 +9,13 @@ import subprocess
 import numpy as np
 import pytest
 
-from phasewatch import metadata as md
-from phasewatch.batch import MISSING, SampleBatch
-from phasewatch.codemap import KERNEL_START, CodeMap, code_bins_reference
-from phasewatch.params import DetectorParams, Params
-from phasewatch.pipeline import Pipeline
-from phasewatch.process_maps import ProcessMappings, read_side_table, with_side_table
+from phasewatch.core.batch import MISSING, SampleBatch
+from phasewatch.core.codemap import KERNEL_START, CodeMap, code_bins_reference
+from phasewatch.core.params import DetectorParams, Params
+from phasewatch.core.pipeline import Pipeline
+from phasewatch.formats import metadata as md
+from phasewatch.formats.sidetable import read_side_table, with_side_table
+from phasewatch.live.process_maps import ProcessMappings
 
 MAPPINGS = [
     {"start": 0x400000, "end": 0x480000, "offset": 0x1000, "path": "/usr/bin/prog"},

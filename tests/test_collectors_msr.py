@@ -15,8 +15,9 @@ import struct
 import numpy as np
 import pytest
 
-from phasewatch.batch import MISSING
 from phasewatch.collectors import msr
+from phasewatch.core import registers
+from phasewatch.core.batch import MISSING
 from phasewatch.errors import MissingDevice, MissingPrivilege
 
 SPARSE = ("perf_status", "aperf", "pperf", "tsc", "c7")   # no two overlap
@@ -27,14 +28,14 @@ def write_msrs(path, values: dict[str, int]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "r+b" if path.exists() else "w+b") as f:
         f.truncate(0x1000)
-        for name in sorted(values, key=msr.REGISTERS.get):
-            f.seek(msr.REGISTERS[name])
+        for name in sorted(values, key=registers.REGISTERS.get):
+            f.seek(registers.REGISTERS[name])
             f.write(struct.pack("<Q", values[name]))
 
 
 def file_value(path, name: str) -> int:
     with open(path, "rb") as f:
-        f.seek(msr.REGISTERS[name])
+        f.seek(registers.REGISTERS[name])
         return struct.unpack("<Q", f.read(8))[0]
 
 
@@ -49,9 +50,9 @@ def template(root) -> str:
 
 def test_voltage_decodes_bits_47_32():
     raw = (8192 << 32) | 0x1F00                 # 1.0 V, ratio bits set below
-    assert msr.voltage_volts(raw) == pytest.approx(1.0)
-    assert msr.voltage_volts(0x400000003E8) == pytest.approx(0x400 / 8192)   # QEMU's fake
-    assert msr.voltage_volts((0xFFFF << 48) | (9830 << 32)) == pytest.approx(9830 / 8192)
+    assert registers.voltage_volts(raw) == pytest.approx(1.0)
+    assert registers.voltage_volts(0x400000003E8) == pytest.approx(0x400 / 8192)   # QEMU's fake
+    assert registers.voltage_volts((0xFFFF << 48) | (9830 << 32)) == pytest.approx(9830 / 8192)
 
 
 def test_reads_values_written_at_their_addresses(msrdir):

@@ -9,12 +9,11 @@ import time
 import numpy as np
 import pytest
 
-from phasewatch.batch import concat
-from phasewatch.collectors import perf_event as pe
-from phasewatch.collectors import perf_msr
-from phasewatch.child import Child
+from phasewatch.collectors import perf_event as pe, perf_msr
 from phasewatch.collectors.perf_source import PerfSource, interval_ends
+from phasewatch.core.batch import concat
 from phasewatch.errors import UserError
+from phasewatch.live.child import Child
 
 BUSY = [sys.executable, "-c", "n = 0\nfor i in range(15_000_000): n += i"]
 

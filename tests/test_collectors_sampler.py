@@ -10,11 +10,12 @@ import time
 
 import numpy as np
 import pytest
+from test_collectors_msr import template, write_msrs
 
-from phasewatch.batch import MISSING, SampleBatch, concat
 from phasewatch.collectors import msr
 from phasewatch.collectors.sampler import Sampler
-from test_collectors_msr import template, write_msrs
+from phasewatch.core import registers
+from phasewatch.core.batch import MISSING, SampleBatch, concat
 
 
 def fake_cpus(root, ncpu=2, **values):
@@ -39,8 +40,8 @@ class CounterWriter(threading.Thread):
         while not self.stop.is_set():
             now = time.monotonic_ns()
             for cpu, fd in enumerate(self.fds):
-                os.pwrite(fd, struct.pack("<Q", now), msr.REGISTERS["tsc"])
-                os.pwrite(fd, struct.pack("<Q", (cpu + 2) * now), msr.REGISTERS["aperf"])
+                os.pwrite(fd, struct.pack("<Q", now), registers.REGISTERS["tsc"])
+                os.pwrite(fd, struct.pack("<Q", (cpu + 2) * now), registers.REGISTERS["aperf"])
             time.sleep(0.0002)
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from phasewatch import cpumodels
-from phasewatch.batch import MISSING
 from phasewatch.collectors import cpufreq, cpuidle, hwmon, powercap
-from phasewatch.collectors.cpuinfo import base_frequency_hz, online_cpus, parse_cpu_list, read_cpuinfo
+from phasewatch.collectors.cpuinfo import (base_frequency_hz, online_cpus, parse_cpu_list,
+                                           read_cpuinfo)
+from phasewatch.core import cpumodels
+from phasewatch.core.batch import MISSING
 
 MAX_RANGE = 262143328850
 

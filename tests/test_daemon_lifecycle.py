@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pyarrow.feather
 import pytest
-
 from daemonutil import DAEMON, PHASEWATCH, Daemon, free_port, write_trace
-from phasewatch import daemon_config
+
+from phasewatch.daemon import config as daemon_config
 from phasewatch.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]

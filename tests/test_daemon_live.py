@@ -9,11 +9,10 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from daemonutil import Daemon
 
 from phasewatch.errors import UserError
-from phasewatch.live_sources import CGROUP_ROOT, process_targets
-
-from daemonutil import Daemon
+from phasewatch.live.sources import CGROUP_ROOT, process_targets
 
 
 @pytest.mark.slow

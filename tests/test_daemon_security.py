@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import zmq
 import zmq.auth
-
 from daemonutil import Daemon, free_port, write_trace
-from phasewatch.publish import decode_message
+
+from phasewatch.daemon.publish import decode_message
 
 
 def openssl(*args, cwd):

@@ -8,15 +8,14 @@ import numpy as np
 import psutil
 import pytest
 
-from phasewatch import synthetic
-from phasewatch.batch import SampleBatch, concat
-from phasewatch.host_signals import HostSignals
-from phasewatch.live import LiveRun, SourceThread
-from phasewatch.metrics import DaemonCounts, PhasewatchCollector, registry_for
-from phasewatch.params import DetectorParams, Params
-from phasewatch import metadata as md
-from phasewatch.pipeline import Pipeline
-from phasewatch.targets import Targets
+from phasewatch.core.batch import SampleBatch, concat
+from phasewatch.core.params import DetectorParams, Params, histogram_params_of, interval_params_of
+from phasewatch.core.pipeline import Pipeline
+from phasewatch.daemon.metrics import DaemonCounts, PhasewatchCollector, registry_for
+from phasewatch.daemon.targets import Targets
+from phasewatch.formats import synthetic
+from phasewatch.live.host_signals import HostSignals
+from phasewatch.live.loop import LiveRun, SourceThread
 
 INTERVAL = 100_000_000
 
@@ -28,7 +27,7 @@ def example(seed=1, cpu=0) -> SampleBatch:
 
 def params(meta, detector="vpf-ip", max_phases=64) -> Params:
     d = DetectorParams(detector=detector, max_phases=max_phases)
-    return Params(md.interval_params(meta), md.histogram_params(meta), d)
+    return Params(interval_params_of(meta), histogram_params_of(meta), d)
 
 
 def test_each_cpu_gets_the_phases_its_own_replay_finds():

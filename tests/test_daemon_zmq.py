@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
-
 from daemonutil import PHASEWATCH, Daemon, write_trace
-from phasewatch.publish import decode_message
+
+from phasewatch.daemon.publish import decode_message
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,9 @@
 import numpy as np
 from hypothesis import given, strategies as st
 
-from phasewatch import reference
-from phasewatch.batch import MISSING, SampleBatch
-from phasewatch.decode import COUNTERS, F, PROFILE_COUNTERS, DecoderState, decode
+from phasewatch.core import reference
+from phasewatch.core.batch import MISSING, SampleBatch
+from phasewatch.core.decode import COUNTERS, PROFILE_COUNTERS, DecoderState, F, decode
 
 M = int(MISSING)
 

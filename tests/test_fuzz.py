@@ -20,12 +20,13 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from phasewatch import cli, metadata as md
-from phasewatch.batch import CSV_COLUMNS, OPTIONAL_CSV_COLUMNS, RAW_DTYPES
+from phasewatch.cli import main as cli
+from phasewatch.core.batch import CSV_COLUMNS, OPTIONAL_CSV_COLUMNS, RAW_DTYPES
+from phasewatch.core.params import DetectorParams, Params, histogram_params_of, interval_params_of
+from phasewatch.core.pipeline import Pipeline
 from phasewatch.errors import UserError
-from phasewatch.params import DetectorParams, Params
-from phasewatch.pipeline import Pipeline
-from phasewatch.trace import META_KEY
+from phasewatch.formats import metadata as md
+from phasewatch.formats.trace import META_KEY
 
 FUZZ = settings(max_examples=120, suppress_health_check=[HealthCheck.too_slow,
                                                          HealthCheck.data_too_large])
@@ -202,7 +203,7 @@ def test_metadata_validator(data, fuzz_count):
         assert "\n" not in str(exc) and str(exc).startswith("t.arrow: trace ")
         return
     # What the schema accepts, the pipeline must be able to run on.
-    params = Params(interval=md.interval_params(checked), histograms=md.histogram_params(checked),
+    params = Params(interval=interval_params_of(checked), histograms=histogram_params_of(checked),
                     detector=DetectorParams())
     base = checked.get("base_freq_mhz")
     assert base is None or (math.isfinite(base) and base > 0)

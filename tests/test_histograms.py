@@ -4,10 +4,11 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from phasewatch.histograms import (
-    cumulative_distance, cumulative_distance_reference, expected_total_variation,
-    expected_total_variation_reference, fill, fill_reference, ip_bins, ip_bins_reference,
-    total_variation_distance, total_variation_distance_reference)
+from phasewatch.core.histograms import (cumulative_distance, cumulative_distance_reference,
+                                        expected_total_variation,
+                                        expected_total_variation_reference, fill, fill_reference,
+                                        ip_bins, ip_bins_reference, total_variation_distance,
+                                        total_variation_distance_reference)
 
 finite = st.floats(min_value=-1e4, max_value=1e4) | st.just(float("nan"))
 

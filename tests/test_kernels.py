@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from phasewatch import histograms, kernels
+from phasewatch.core import histograms, kernels
 
 BIN = Path(sys.executable).parent / "phasewatch"
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "synthetic-skylake.csv"
 #: Runs a phasewatch command, then says whether numba was imported.
-PROBE = ("import sys\nfrom phasewatch import cli\nstatus = cli.main(sys.argv[1:])\n"
+PROBE = ("import sys\nfrom phasewatch.cli import main as cli\nstatus = cli.main(sys.argv[1:])\n"
          "print('numba imported:', 'numba' in sys.modules)\nsys.exit(status)\n")
 
 
@@ -78,7 +78,7 @@ def test_arguments_of_another_type_take_the_jit_and_are_right(monkeypatch):
     histograms.value_bins(values, 0.0, 4.0, 4, out)
     assert list(out) == [0, 2, -1, 3]
     monkeypatch.setenv("PHASEWATCH_KERNELS", "aot")
-    with pytest.raises(RuntimeError, match="no ahead-of-time entry for phasewatch.histograms.value_bins"):
+    with pytest.raises(RuntimeError, match="no ahead-of-time entry for phasewatch.core.histograms.value_bins"):
         histograms.value_bins(values, 0.0, 4.0, 4, out)
 
 

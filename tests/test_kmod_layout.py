@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from phasewatch.collectors import kmod_source as ks
-from phasewatch.collectors.msr import REGISTERS
+from phasewatch.core.registers import REGISTERS
 
 KMOD = Path(__file__).resolve().parent.parent / "kmod"
 

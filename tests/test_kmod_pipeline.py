@@ -13,11 +13,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from phasewatch import metadata as md
-from phasewatch.batch import MISSING
 from phasewatch.collectors import kmod_source as ks
-from phasewatch.params import DetectorParams, HistogramParams, IntervalParams, Params
-from phasewatch.pipeline import Pipeline
+from phasewatch.core.batch import MISSING
+from phasewatch.core.params import (DetectorParams, HistogramParams, IntervalParams, Params,
+                                    interval_params_of)
+from phasewatch.core.pipeline import Pipeline
+from phasewatch.formats import metadata as md
 
 TEXT = (0x400000, 0x480000)
 REGION_A, REGION_B = 0x401000, 0x470000
@@ -68,7 +69,7 @@ def ring_file(tmp_path):
 def pipeline(detector: str) -> Pipeline:
     meta = md.new(interval=IntervalParams(instructions=INTERVAL_INSTRUCTIONS),
                   text_range=list(TEXT), counter_scope="cpu")
-    params = Params(interval=md.interval_params(meta),
+    params = Params(interval=interval_params_of(meta),
                     histograms=HistogramParams(text_range=TEXT),
                     detector=DetectorParams(detector=detector))
     return Pipeline.for_trace(meta, params)

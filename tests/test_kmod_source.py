@@ -7,9 +7,9 @@ import mmap
 import numpy as np
 import pytest
 
-from phasewatch.batch import MISSING, RAW_DTYPES, SampleBatch
 from phasewatch.collectors import kmod_source as ks
-from phasewatch.source import Source
+from phasewatch.core.batch import MISSING, RAW_DTYPES, SampleBatch
+from phasewatch.core.source import Source
 
 
 def make_ring(cpu: int, nr_records: int, head: int, tail: int, lost: int = 0,

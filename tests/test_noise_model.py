@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from phasewatch.histograms import (TOTAL_VARIATION, beyond_noise, noise_level,
-                                   noise_level_reference, segment_distance,
-                                   segment_distance_reference, total_variation_distance_reference)
+from phasewatch.core.histograms import (TOTAL_VARIATION, beyond_noise, noise_level,
+                                        noise_level_reference, segment_distance,
+                                        segment_distance_reference,
+                                        total_variation_distance_reference)
 
 BINS = 1024
 

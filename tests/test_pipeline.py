@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 
-from phasewatch import metadata as md, reference, synthetic
-from phasewatch.batch import concat
-from phasewatch.params import DetectorParams, IntervalParams, Params
-from phasewatch.pipeline import Intervals, Pipeline
+from phasewatch.core import reference
+from phasewatch.core.batch import concat
+from phasewatch.core.params import DetectorParams, IntervalParams, Params, histogram_params_of
+from phasewatch.core.pipeline import Intervals, Pipeline
+from phasewatch.formats import synthetic
 
 META = synthetic.metadata(100_000_000)
 
@@ -17,7 +18,7 @@ def samples():
 
 
 def params(detector="vpf", adaptive=False, interval=None):
-    return Params(interval=interval or IntervalParams(), histograms=md.histogram_params(META),
+    return Params(interval=interval or IntervalParams(), histograms=histogram_params_of(META),
                   detector=DetectorParams(detector=detector, adaptive=adaptive))
 
 
@@ -91,7 +92,8 @@ def test_trailing_partial_interval_is_reported_apart(samples):
 
 def test_adaptive_threshold_separates_phases_the_fixed_one_merges():
     from dataclasses import replace
-    from phasewatch.results import adjusted_rand_index
+
+    from phasewatch.formats.results import adjusted_rand_index
     phases = dict(synthetic.PHASES)
     phases["mixed-b"] = replace(phases["mixed"], name="mixed-b", voltage_mv=1030.0, productive=0.78)
     schedule = (("mixed", 30), ("mixed-b", 30), ("mixed", 20), ("memory", 20), ("mixed-b", 20))

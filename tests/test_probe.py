@@ -7,11 +7,11 @@ import subprocess
 import sys
 
 import pytest
+from test_collectors_msr import file_value, write_msrs
 
-from phasewatch import kernels
 from phasewatch.collectors import registry
 from phasewatch.collectors.probe import Roots, probe
-from test_collectors_msr import file_value, write_msrs
+from phasewatch.core import kernels
 
 SIGNALS = {"voltage", "aperf", "mperf", "pperf", "tsc", "c3", "c6", "c7", "instructions",
            "cycles", "ip", "energy_package", "energy_core", "cpufreq", "cpuidle"}

@@ -100,8 +100,8 @@ def test_code_of_a_child_process_is_mapped(tmp_path):
     and nearly every sample lands in a known mapping.  (Perl runs about a
     second of CPU time, past the agent's first wake-up: a child that ends
     before the agent sees its samples leaves no maps to read.)"""
-    from phasewatch.codemap import CodeMap
-    from phasewatch.tracefiles import open_trace
+    from phasewatch.core.codemap import CodeMap
+    from phasewatch.formats.tracefiles import open_trace
 
     script = "my $s = 0; for my $i (1 .. 60_000_000) { $s += $i % 7 } print STDERR $s";
     trace = tmp_path / "sh.arrow"

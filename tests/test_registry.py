@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_collectors_msr import write_msrs
 
 from phasewatch.collectors import registry
 from phasewatch.collectors.merge import MergedSource, asof_join
@@ -20,11 +21,10 @@ from phasewatch.collectors.msr import MsrReader
 from phasewatch.collectors.perf_source import PerfSource
 from phasewatch.collectors.probe import Roots, probe
 from phasewatch.collectors.sampler import Sampler
-from phasewatch.batch import MISSING, SampleBatch
+from phasewatch.core.batch import MISSING, SampleBatch
+from phasewatch.core.source import STATS_KEYS, Reader, Sink, Source
 from phasewatch.errors import UserError
-from phasewatch.results import JsonLinesSink, PhaseSummary
-from phasewatch.source import STATS_KEYS, Reader, Sink, Source
-from test_collectors_msr import write_msrs
+from phasewatch.formats.results import JsonLinesSink, PhaseSummary
 
 BIN = Path(sys.executable).parent / "phasewatch"
 BUSY = "import time\nend = time.monotonic() + 0.5\nwhile time.monotonic() < end: pass"

@@ -73,8 +73,8 @@ def test_results_of_several_traces_need_a_folder(traces, tmp_path):
 
 
 def write_trace(path, batches):
-    from phasewatch import synthetic
-    from phasewatch.trace import TraceWriter
+    from phasewatch.formats import synthetic
+    from phasewatch.formats.trace import TraceWriter
     with TraceWriter(str(path), synthetic.metadata(100_000_000), batches[0].signals) as writer:
         for batch in batches:
             writer.write(batch)
@@ -85,8 +85,9 @@ def two_cpu_trace(tmp_path_factory):
     """Two CPUs' synthetic streams (different seeds) interleaved in time, and
     each CPU's stream alone as a trace of its own."""
     import numpy as np
-    from phasewatch import synthetic
-    from phasewatch.batch import SampleBatch, concat
+
+    from phasewatch.core.batch import SampleBatch, concat
+    from phasewatch.formats import synthetic
     d = tmp_path_factory.mktemp("twocpu")
     schedule = synthetic.repeat_schedule(60_000, 100_000_000)
     streams = []

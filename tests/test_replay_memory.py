@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from phasewatch import synthetic
-from phasewatch.batch import concat
-from phasewatch.trace import arrow_schema
+from phasewatch.core.batch import concat
+from phasewatch.formats import synthetic
+from phasewatch.formats.trace import arrow_schema
 
 BIN = Path(sys.executable).parent / "phasewatch"
 LIMIT = 384 << 20

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, strategies as st
 from matplotlib.image import imread
 
-from phasewatch.classify import threshold_history
-from phasewatch.intervals import IntervalBlock
-from phasewatch.params import DetectorParams, Params
-from phasewatch.phase_figure import ColumnSums, FigureRecorder, column_modes, matched_codes
-from phasewatch.pipeline import Intervals, Pipeline
-from phasewatch.report_png import WIDTH_PX, height_px
+from phasewatch.core.classify import threshold_history
+from phasewatch.core.intervals import IntervalBlock
+from phasewatch.core.params import DetectorParams, Params, histogram_params_of, interval_params_of
+from phasewatch.core.pipeline import Intervals, Pipeline
+from phasewatch.report.figure import ColumnSums, FigureRecorder, column_modes, matched_codes
+from phasewatch.report.png import WIDTH_PX, height_px
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent / "phasewatch"
@@ -123,7 +123,7 @@ def test_png_height_follows_the_rows(trace, tmp_path):
 
 
 def _figure_with_rows(heatmaps: int, truth: bool):
-    from phasewatch.phase_figure import Heatmap, PhaseFigure
+    from phasewatch.report.figure import Heatmap, PhaseFigure
     one = np.zeros(1)
     return PhaseFigure(1, 1, one, one, [Heatmap("v", "v", "", one, one)] * heatmaps, one, one,
                        one.astype(np.int64), one.astype(np.int64) if truth else None)
@@ -211,11 +211,10 @@ def test_truth_labels_take_the_colour_of_the_phase_they_overlap_most():
 
 
 def test_adaptive_threshold_history_ends_where_the_classifier_did(trace):
-    from phasewatch import metadata as md
-    from phasewatch.tracefiles import open_trace
+    from phasewatch.formats.tracefiles import open_trace
     source = open_trace(str(trace))
     meta = source.metadata
-    params = Params(interval=md.interval_params(meta), histograms=md.histogram_params(meta),
+    params = Params(interval=interval_params_of(meta), histograms=histogram_params_of(meta),
                     detector=DetectorParams(detector="vpf-ip", adaptive=True))
     pipeline = Pipeline.for_trace(meta, params)
     parts = [pipeline.feed(b) for b in source.batches()]
@@ -231,7 +230,7 @@ def test_adaptive_threshold_history_ends_where_the_classifier_did(trace):
 
 def test_200000_intervals_are_drawn_in_at_most_2000_columns(browser, tmp_path):
     """A long run stays responsive: the page gets aggregated columns and says so."""
-    from phasewatch.cmd_report import write_report
+    from phasewatch.report.folder import write_report
     n, width = 200_000, 32 + 64 + 32
     bounds = np.array([0, 32, 96, 128])
     params = Params(detector=DetectorParams(detector="vpf-ip"))
@@ -259,7 +258,7 @@ def test_200000_intervals_are_drawn_in_at_most_2000_columns(browser, tmp_path):
     assert figure.heatmaps[0].values.shape == (figure.columns, 32)
     # columns of one phase keep its histogram whole
     assert figure.heatmaps[0].values[0, 10] == pytest.approx(1.0)
-    from phasewatch.cmd_report import phase_rows
+    from phasewatch.report.folder import phase_rows
     write_report(str(tmp_path), figure, "long run", [], phase_rows(iv, None))
     html_bytes = (tmp_path / "index.html").stat().st_size
     assert html_bytes < 12_000_000

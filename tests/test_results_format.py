@@ -7,8 +7,8 @@ import math
 import numpy as np
 from hypothesis import given, strategies as st
 
-from phasewatch.pipeline import Intervals
-from phasewatch.results import JSON_KEYS, JsonLinesSink
+from phasewatch.core.pipeline import Intervals
+from phasewatch.formats.results import JSON_KEYS, JsonLinesSink
 
 
 def dumps_per_interval(iv: Intervals) -> str:

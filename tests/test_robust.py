@@ -20,8 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from phasewatch import cli, metadata as md, outputs
-from phasewatch.trace import META_KEY, TraceReader
+from phasewatch.cli import main as cli
+from phasewatch.formats import metadata as md, outputs
+from phasewatch.formats.trace import META_KEY, TraceReader
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "synthetic-skylake.csv"

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from phasewatch.trace import TraceReader
+from phasewatch.formats.trace import TraceReader
 
 BIN = Path(sys.executable).parent / "phasewatch"
 REGION_BYTES = 4096   # region_a and region_b are page-aligned and smaller than a page

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from phasewatch.trace import TraceReader
+from phasewatch.formats.trace import TraceReader
 
 BIN = Path(sys.executable).parent / "phasewatch"
 TIMEOUT = 180

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from phasewatch.bbvdetect import BbvDetector, project_matrix, project_reference
-from phasewatch.bbvfile import read_bb, read_pc, read_symtab_mappings
-from phasewatch.cli import main
-from phasewatch.params import DetectorParams
-from phasewatch.simpoint import choose_k, simpoint
+from phasewatch.cli.main import main
+from phasewatch.core.params import DetectorParams
+from phasewatch.formats.bbvfile import read_bb, read_pc, read_symtab_mappings
+from phasewatch.simpoint.bbvdetect import BbvDetector, project_matrix, project_reference
+from phasewatch.simpoint.method import choose_k, simpoint
 
 BIN = Path(sys.executable).parent / "phasewatch"
 

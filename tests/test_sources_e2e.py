@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.collectors import msr
 from phasewatch.collectors.cpuinfo import online_cpus
+from phasewatch.core import registers
 
 BIN = Path(sys.executable).parent / "phasewatch"
 TIMEOUT = 180
@@ -65,10 +65,10 @@ class MsrWriter(threading.Thread):
             pperf += int(256 * step * PPERF_SHARE[phase])
             volts = round(VOLTS[phase] * 8192)
             for fd in self.fds:
-                os.pwrite(fd, struct.pack("<Q", now), msr.REGISTERS["tsc"])
-                os.pwrite(fd, struct.pack("<Q", aperf), msr.REGISTERS["aperf"])
-                os.pwrite(fd, struct.pack("<Q", pperf), msr.REGISTERS["pperf"])
-                os.pwrite(fd, struct.pack("<Q", volts << 32 | 0x2000), msr.REGISTERS["perf_status"])
+                os.pwrite(fd, struct.pack("<Q", now), registers.REGISTERS["tsc"])
+                os.pwrite(fd, struct.pack("<Q", aperf), registers.REGISTERS["aperf"])
+                os.pwrite(fd, struct.pack("<Q", pperf), registers.REGISTERS["pperf"])
+                os.pwrite(fd, struct.pack("<Q", volts << 32 | 0x2000), registers.REGISTERS["perf_status"])
             time.sleep(0.001)
 
     def close(self) -> None:

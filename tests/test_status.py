@@ -1,4 +1,4 @@
-"""The live status line (phasewatch.status)."""
+"""The live status line (phasewatch.live.status)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import time
 import pytest
 from rich.console import Console
 
-from phasewatch.status import StatusLine, format_elapsed, status_wanted
-
+from phasewatch.live.status import StatusLine, format_elapsed, status_wanted
 
 ANSI_CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

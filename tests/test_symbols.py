@@ -1,4 +1,4 @@
-"""Symbolising real instruction pointers of real processes (phasewatch.symbols)."""
+"""Symbolising real instruction pointers of real processes (phasewatch.live.symbols)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from phasewatch.child import Child
-from phasewatch.symbols import (KERNEL, UNKNOWN, Mapping, Symbolizer, load_symbols, parse_maps,
-                                read_maps, runtime_text_range, text_range)
+from phasewatch.live.child import Child
+from phasewatch.live.symbols import (KERNEL, UNKNOWN, Mapping, Symbolizer, load_symbols, parse_maps,
+                                     read_maps, runtime_text_range, text_range)
 
 
 class RunningAbab:

@@ -7,11 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from phasewatch import metadata as md, reference, synthetic
-from phasewatch.batch import concat
-from phasewatch.params import DetectorParams, Params
-from phasewatch.pipeline import Pipeline
-from phasewatch.results import adjusted_rand_index
+from phasewatch.core import reference
+from phasewatch.core.batch import concat
+from phasewatch.core.params import DetectorParams, Params, histogram_params_of, interval_params_of
+from phasewatch.core.pipeline import Pipeline
+from phasewatch.formats import synthetic
+from phasewatch.formats.results import adjusted_rand_index
 
 INTERVAL = 100_000_000
 SEEDS = (1, 2, 3, 4, 5)
@@ -24,7 +25,7 @@ def trace(seed: int):
 
 
 def params(meta: dict, detector: str) -> Params:
-    return Params(interval=md.interval_params(meta), histograms=md.histogram_params(meta),
+    return Params(interval=interval_params_of(meta), histograms=histogram_params_of(meta),
                   detector=DetectorParams(detector=detector))
 
 

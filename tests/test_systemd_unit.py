@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch import daemon_config
+from phasewatch.daemon import config as daemon_config
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT = ROOT / "systemd" / "phasewatchd.service"

@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow.feather as feather
 import pytest
 
-from phasewatch import synthetic
-from phasewatch.batch import concat
+from phasewatch.core.batch import concat
 from phasewatch.errors import UserError
-from phasewatch.trace import TraceReader, TraceWriter
+from phasewatch.formats import synthetic
+from phasewatch.formats.trace import TraceReader, TraceWriter
 
 META = synthetic.metadata(100_000_000)
 
@@ -77,8 +77,8 @@ def test_truncated_trace_replays_complete_batches_with_a_warning(tmp_path):
 
 WRITER = """
 import sys, time
-from phasewatch import synthetic
-from phasewatch.trace import TraceWriter
+from phasewatch.formats import synthetic
+from phasewatch.formats.trace import TraceWriter
 batches = list(synthetic.generate())
 w = TraceWriter(sys.argv[1], synthetic.metadata(100_000_000), batches[0].signals, rows=1)
 for i, b in enumerate(batches * 1000):

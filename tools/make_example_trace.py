@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write a synthetic Skylake-like example trace with a known phase schedule.
 
-The samples come from the model in ``phasewatch.synthetic`` (invented values,
+The samples come from the model in ``phasewatch.formats.synthetic`` (invented values,
 not a measurement).  Writes the trace (phasewatch format, or raw CSV with
 ``--csv``) and, beside it, ``<name>.labels.json``: the true phase of every
 interval, for ``phasewatch replay --labels``.
@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from phasewatch import synthetic
-from phasewatch.trace import TraceWriter
+from phasewatch.formats import synthetic
+from phasewatch.formats.trace import TraceWriter
 
 
 def main() -> int:

@@ -2,6 +2,7 @@
 
 `python -m phasewatch.dashboards DIR` writes one JSON file per dashboard into DIR;
 `--check` compares instead of writing, and fails when a committed file is stale.
+Imports nothing of phasewatch: the dashboards name the metrics as Prometheus sees them.
 """
 
 import json

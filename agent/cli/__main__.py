@@ -1,0 +1,5 @@
+"""``python -m phasewatch.cli``: the ``phasewatch`` command."""
+
+from .main import entry
+
+entry()

@@ -1,0 +1,82 @@
+"""``phasewatch export --simpoints RESULTS``: phases as SimPoint's output files.
+
+``PREFIX.simpoints`` has one line per phase, ``<interval> <phase>``: the
+interval nearest the phase's centroid.  ``PREFIX.weights`` has
+``<weight> <phase>``: the phase's share of the intervals.  Both are the files
+``simpoint -saveSimpoints -saveSimpointWeights`` writes, phases numbered from 0.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import UserError
+from ..formats.bbvfile import read_bb
+from ..formats.labellings import Labelling, read_labelling
+from ..simpoint.bbvdetect import project_matrix
+from ..simpoint.method import nearest_to_centres
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--simpoints", metavar="RESULTS", required=True,
+                        help="phase labels: JSON Lines results, a JSON list, or SimPoint labels")
+    parser.add_argument("--bb", metavar="FILE",
+                        help="the .bb file the phases are of: centroids are then taken over "
+                             "its basic-block vectors (otherwise the member with the smallest "
+                             "recorded distance to its phase represents it)")
+    parser.add_argument("-o", "--output", metavar="PREFIX",
+                        help="write PREFIX.simpoints and PREFIX.weights "
+                             "(default: RESULTS without its extension)")
+
+
+def representatives(labelling: Labelling, vectors: np.ndarray | None) -> np.ndarray:
+    """The interval that stands for each phase."""
+    labels = labelling.labels
+    k = int(labels.max()) + 1
+    if vectors is not None:
+        centres = np.array([vectors[labels == p].mean(axis=0) for p in range(k)])
+        return nearest_to_centres(vectors, labels, centres)
+    dist = labelling.distance if labelling.distance is not None else np.full(len(labels), np.nan)
+    out = np.empty(k, np.int64)
+    for p in range(k):
+        members = np.flatnonzero(labels == p)
+        d = dist[members]
+        out[p] = members[np.nanargmin(d)] if (~np.isnan(d)).any() else members[0]
+    return out
+
+
+def write_simpoints(prefix: str, labels: np.ndarray, points: np.ndarray) -> tuple[str, str]:
+    weights = np.bincount(labels, minlength=len(points)) / len(labels)
+    sp_path, w_path = prefix + ".simpoints", prefix + ".weights"
+    try:
+        with open(sp_path, "w") as f:
+            f.writelines(f"{int(i)} {p}\n" for p, i in enumerate(points))
+        with open(w_path, "w") as f:
+            f.writelines(f"{w:.6f} {p}\n" for p, w in enumerate(weights))
+    except OSError as exc:
+        raise UserError(f"cannot write {exc.filename}: {exc.strerror}") from None
+    return sp_path, w_path
+
+
+def run(args) -> int:
+    labelling = read_labelling(args.simpoints)
+    labels = labelling.labels
+    if (labels < 0).any():
+        raise UserError(f"{args.simpoints}: negative phase labels: give complete intervals only")
+    present = np.unique(labels)
+    if len(present) != labels.max() + 1:
+        _, labels = np.unique(labels, return_inverse=True)   # phases with no interval
+        labelling.labels = labels
+    vectors = None
+    if args.bb:
+        bb = read_bb(args.bb)
+        if len(bb) != len(labels):
+            raise UserError(f"{args.bb} has {len(bb)} intervals and {args.simpoints} "
+                            f"{len(labels)}: give the .bb file the phases were found in")
+        vectors = project_matrix(bb.counts)
+    prefix = args.output or os.path.splitext(args.simpoints)[0]
+    sp_path, w_path = write_simpoints(prefix, labels, representatives(labelling, vectors))
+    print(f"{sp_path}, {w_path}: {int(labels.max()) + 1} phases over {len(labels)} intervals")
+    return 0

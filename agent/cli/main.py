@@ -1,0 +1,115 @@
+"""The ``phasewatch`` command: one subcommand per module of this package."""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import errno
+import importlib
+import os
+import sys
+
+from .. import __version__
+from ..console import one_line
+from ..errors import UserError
+
+#: subcommand (and its module here) -> one-line help
+COMMANDS = {
+    "run": "start a command, watch it and tell its phases",
+    "replay": "detect phases in a recorded trace (project format or CSV)",
+    "convert": "convert a raw CSV to the trace format",
+    "probe": "tell which signals this host offers, and why not",
+    "report": "draw the phases of a run: an HTML page and a PNG",
+    "eval": "compare two phase labellings (results, labels, SimPoint labels)",
+    "export": "write phases in another tool's format (SimPoint)",
+    "subscribe": "print phasewatchd's ZeroMQ events as they come",
+    "proxy": "join many phasewatchd publishers into one ZeroMQ endpoint",
+}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors in one line (the usage is one --help away)."""
+
+    def error(self, message: str):
+        self.exit(2, one_line(f"{self.prog}: {message} (see {self.prog} --help)") + "\n")
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; given ``argv``, only the subcommand it names gets its
+    options, so that only that subcommand's module is imported."""
+    chosen = next((a for a in argv if a in COMMANDS), None) if argv is not None else None
+    parser = Parser(
+        prog="phasewatch",
+        description="Online program-phase detection from core voltage, frequency and IPs.")
+    parser.add_argument("--version", action="version", version=f"phasewatch {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, help_text in COMMANDS.items():
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        if chosen in (None, name):
+            importlib.import_module(f".{name}", __package__).add_arguments(command)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    # File names are bytes on Unix: undecodable ones reach us as surrogates,
+    # and go back out as the same bytes.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="surrogateescape")
+    command = "phasewatch"
+    if argv is None:
+        argv = sys.argv[1:]
+    try:
+        args = build_parser(argv).parse_args(argv)
+        command = f"phasewatch {args.command}"
+        mod = importlib.import_module(f".{args.command}", __package__)
+        status = mod.run(args)
+        sys.stdout.flush()
+        return status
+    except UserError as exc:
+        print(one_line(f"{command}: {exc}"), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:         # the reader went away, as with `| head`
+        _silence_stdout()
+        return 0
+    except OSError as exc:
+        # Every output file is written through phasewatch.formats.outputs, which keeps
+        # its errors; what reaches here is standard output.
+        if exc.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG):
+            raise
+        print(f"{command}: cannot write standard output: {exc.strerror}", file=sys.stderr)
+        _silence_stdout()
+        return 2
+
+
+def entry() -> None:
+    """The ``phasewatch`` command: ``main``, then a quick exit.  Every output
+    is closed by the time a command returns; what the interpreter would still
+    do is tear down the modules (numpy's, Arrow's), 40-70 ms for nothing.
+    atexit handlers still run."""
+    status = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    atexit._run_exitfuncs()
+    os._exit(status if isinstance(status, int) else 1)
+
+
+def _silence_stdout() -> None:
+    """The reader has gone (or the disk is full): drop what is still buffered,
+    so that the interpreter's final flush does not fail again at exit."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):
+        return                      # not a real file (captured in tests)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+if __name__ == "__main__":
+    entry()

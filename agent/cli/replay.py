@@ -1,0 +1,160 @@
+"""``phasewatch replay TRACE``: detect phases in a recorded trace."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ..console import warn
+from ..core.settings import detector_params, pipeline_of
+from ..errors import UserError
+from ..formats import bbvfile
+from ..formats.labellings import read_labels
+from ..formats.metadata import MAX_BASE_MHZ
+from ..formats.outputs import check_outputs, open_output
+from ..formats.results import finite, summary_dict
+from .arguments import add_detector_arguments, number
+
+if TYPE_CHECKING:  # imported where used: numba and pyarrow load only when replaying
+    from ..core.pipeline import Pipeline
+    from ..formats.results import PhaseSummary
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("trace", metavar="TRACE", nargs="+",
+                        help="a phasewatch trace or a raw CSV; several, or a folder of them, "
+                             "replay in parallel, and --output then names a folder")
+    add_detector_arguments(parser)
+    parser.add_argument("--per-cpu", action="store_true",
+                        help="replay each CPU's samples as a stream of its own, in parallel; "
+                             "--output then names a folder")
+    parser.add_argument("--jobs", type=int, metavar="N",
+                        help="streams replayed at once (default: one per usable CPU)")
+    parser.add_argument("--labels", metavar="FILE",
+                        help="ground-truth phase labels, one per interval, as a JSON list")
+    parser.add_argument("--base-mhz", type=number(float, 0.0, MAX_BASE_MHZ, low_open=True),
+                        metavar="MHZ",
+                        help="base frequency for a CSV trace, up to 10000 (default: its TSC rate)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def run(args) -> int:
+    traces = trace_paths(args.trace)
+    if len(traces) > 1 or args.per_cpu:
+        from ..replay.parallel import replay_many
+        return replay_many(args, traces, replay)
+    return replay(args, traces[0], args.output)
+
+
+def trace_paths(given: list[str]) -> list[str]:
+    """The traces named, a folder standing for the files in it, in name order."""
+    paths = []
+    for path in given:
+        if os.path.isdir(path):
+            inside = sorted(os.path.join(path, name) for name in os.listdir(path)
+                            if not name.startswith(".") and os.path.isfile(os.path.join(path, name)))
+            if not inside:
+                raise UserError(f"{path}: a folder with no traces in it")
+            paths += inside
+        else:
+            paths.append(path)
+    return paths
+
+
+def replay(args, trace: str, output: str | None, cpu: int | None = None) -> int:
+    """Replay one trace (its samples of ``cpu`` only, if given), write its
+    results to ``output`` and print its summary."""
+    from ..formats.results import JsonLinesSink, PhaseSummary
+    from ..formats.tracefiles import open_trace
+    check_outputs([output], inputs=[trace, args.labels])
+    labels = read_labels(args.labels) if args.labels else None
+    if bbvfile.looks_like_bb(trace):
+        return replay_bb(args, trace, output, labels)
+    source = open_trace(trace, base_mhz=args.base_mhz, warn=warn)
+    pipeline = pipeline_of(source, args, warn)
+    if hasattr(source, "read_only"):
+        source.read_only(pipeline.columns)
+    summary = PhaseSummary(keep_phases=labels is not None)
+    sinks = [summary]
+    out = open_output(output, inputs=[trace, args.labels], binary=True) if output else None
+    if out:
+        sinks.append(JsonLinesSink(out.stream))
+    try:
+        batches = source.batches()
+        if cpu is not None:
+            from ..replay.parallel import samples_of_cpu
+            batches = samples_of_cpu(batches, cpu)
+        for batch in batches:
+            intervals = pipeline.feed(batch)
+            for sink in sinks:
+                sink.write(intervals)
+        summary.write(pipeline.finish())
+        for sink in sinks:
+            sink.close()
+    except BaseException:
+        if out:
+            out.discard()
+        raise
+    finally:
+        source.close()
+    if out:
+        out.close()
+    report(args, trace if cpu is None else f"{trace} CPU {cpu}", summary, pipeline, labels)
+    if out and out.failure:
+        raise UserError(out.failure)
+    return 0
+
+
+def replay_bb(args, trace: str, output: str | None, labels) -> int:
+    """A SimPoint .bb file, classified by the bbv detector."""
+    from ..formats.results import JsonLinesSink, PhaseSummary
+    from ..simpoint import bbvreplay
+    bbvreplay.check_detector(args.detector)
+    params = replace(detector_params(args), detector="bbv")
+    summary = PhaseSummary(keep_phases=labels is not None)
+    sinks = [summary]
+    out = open_output(output, inputs=[trace, args.labels], binary=True) if output else None
+    if out:
+        sinks.append(JsonLinesSink(out.stream))
+    try:
+        parts, detector = bbvreplay.classify_bb(trace, params)
+        for iv in parts:
+            for sink in sinks:
+                sink.write(iv)
+    except BaseException:
+        if out:
+            out.discard()
+        raise
+    if out:
+        out.close()
+    report(args, trace, summary, bbvreplay.BbvReport(detector, params), labels)
+    if out and out.failure:
+        raise UserError(out.failure)
+    return 0
+
+
+def report(args, trace: str, summary: PhaseSummary, pipeline: Pipeline, labels) -> None:
+    ari = None
+    if labels is not None:
+        from ..formats.results import adjusted_rand_index
+        predicted = summary.phase_labels()
+        if len(labels) != len(predicted):
+            raise UserError(f"{args.labels}: {len(labels)} labels, but the replay found "
+                            f"{len(predicted)} complete intervals")
+        ari = adjusted_rand_index([str(x) for x in labels], predicted)
+    if args.json:
+        print(json.dumps(finite(summary_dict(summary, pipeline, ari)), indent=2))
+        return
+    from ..report.tables import console, phase_table, summary_lines  # rich: only for the table
+    out = console()
+    p = pipeline.params
+    thr = f"{pipeline.threshold:.3f}" + (" (adaptive)" if p.detector.adaptive else "")
+    out.print(f"{trace}: {pipeline.samples:,} samples, {summary.n_intervals} intervals "
+              f"{p.interval.describe()}, detector {p.detector.detector}, threshold {thr}")
+    out.print(phase_table(summary))
+    for line in summary_lines(summary, pipeline.dropped(), pipeline.implausible()):
+        out.print(line)
+    if ari is not None:
+        out.print(f"adjusted Rand index against {args.labels}: {ari:.4f}")

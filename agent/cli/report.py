@@ -1,0 +1,193 @@
+"""``phasewatch report INPUT --out DIR``: the phase picture of a run.
+
+INPUT is a trace (either format ``replay`` reads), or the JSON Lines results
+of a run together with its trace (``--trace``).  The trace is replayed through
+the same pipeline as ``replay`` to get each interval's histograms; with a
+results file, its phases and distances are drawn over them (the two must
+describe the same intervals).  Writes ``DIR/index.html`` (interactive, self-
+contained) and ``DIR/phases.png`` (the same figure, static).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+
+import numpy as np
+
+from ..console import warn
+from ..core.pipeline import Intervals, Pipeline
+from ..core.settings import pipeline_of
+from ..errors import UserError
+from ..formats.labellings import read_labels
+from ..formats.results import adjusted_rand_index
+from ..formats.tracefiles import open_trace
+from ..live.phase_functions import PhaseFunctions
+from ..live.symbols import Mapping, Symbolizer
+from ..report.figure import FigureRecorder, PhaseFigure, with_truth
+from ..report.folder import phase_rows, write_report
+from .arguments import add_detector_arguments
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("input", metavar="INPUT",
+                        help="a trace, or a JSON Lines results file (then give --trace)")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="folder for index.html and phases.png (made if missing)")
+    parser.add_argument("--trace", metavar="TRACE", help="the trace a results file came from")
+    parser.add_argument("--labels", metavar="FILE",
+                        help="ground truth, one label per interval: a JSON list, or "
+                             "SimPoint labels (a line per interval, the label first)")
+    parser.add_argument("--base-mhz", type=float, metavar="MHZ",
+                        help="base frequency for a CSV trace (default: its TSC rate)")
+    add_detector_arguments(parser, output=False)
+
+
+def run(args) -> int:
+    results, trace = inputs_of(args)
+    labels = read_truth(args.labels) if args.labels else None
+    source = open_trace(trace, base_mhz=args.base_mhz, warn=warn)
+    try:
+        meta = source.metadata
+        pipeline = pipeline_of(source, args, warn)
+        recorder = FigureRecorder(pipeline.params, pipeline.layout.bounds, pipeline.used)
+        pipeline.observe_profiles(recorder)
+        functions = PhaseFunctions(symbolizer_of(meta)) if meta.get("mappings") else None
+        for batch in source.batches():
+            intervals = pipeline.feed(batch)
+            if functions is not None and "ip" in batch:
+                functions.add(batch["ip"], intervals)
+    finally:
+        source.close()
+    if recorder.n_intervals == 0:
+        raise UserError(f"{trace}: no complete interval to draw (the run is shorter than "
+                        f"one interval; try a shorter --interval-ms or --interval-instructions)")
+    intervals = recorder.intervals()
+    if results is not None:
+        intervals = drawn_from_results(args.input, results, intervals)
+    figure = recorder.figure(intervals.phase, intervals.distance, intervals.new_phase)
+    if labels is not None:
+        labels = check_labels(args.labels, labels, len(intervals))
+        figure = with_truth(figure, labels, intervals.phase,
+                            adjusted_rand_index([str(x) for x in labels], intervals.phase))
+    rows = phase_rows(intervals, functions if results is None else None)
+    notes = describe(trace, pipeline, figure, results is not None and args.input)
+    written = write_report(args.out, figure, f"phases of {os.path.basename(trace)}", notes, rows,
+                           inputs=[trace, args.input, args.labels])
+    print(f"phasewatch report: wrote {', '.join(written)} ({len(intervals)} intervals, "
+          f"{len(rows)} phases)")
+    return 0
+
+
+def inputs_of(args) -> tuple[list[dict] | None, str]:
+    """The results (None for a bare trace) and the trace to replay."""
+    if not looks_like_results(args.input):
+        return None, args.input
+    if not args.trace:
+        raise UserError(f"{args.input}: a results file, but no trace: give the trace the "
+                        f"run recorded with --trace TRACE")
+    return read_results(args.input), args.trace
+
+
+def looks_like_results(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(64).lstrip()[:1] == b"{"
+    except OSError:
+        return False
+
+
+def read_results(path: str) -> list[dict]:
+    rows = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                if line.strip():
+                    rows.append(_result_row(path, number, line))
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text, so not JSON Lines results") from None
+    if not rows:
+        raise UserError(f"{path}: no intervals in the results (an empty run)")
+    return rows
+
+
+def _result_row(path: str, number: int, line: str) -> dict:
+    try:
+        row = json.loads(line)
+    except ValueError as exc:
+        raise UserError(f"{path}, line {number}: not JSON ({exc})") from None
+    if not isinstance(row, dict) or not {"phase", "distance", "new_phase", "t_end_ns"} <= set(row):
+        raise UserError(f"{path}, line {number}: not a phasewatch result (needs phase, "
+                        f"distance, new_phase and t_end_ns)")
+    return row
+
+
+def drawn_from_results(path: str, results: list[dict], replayed: Intervals) -> Intervals:
+    """The replayed intervals with the results' phases and distances; the two
+    must be the same intervals."""
+    if len(results) != len(replayed):
+        raise UserError(f"{path}: {len(results)} intervals, but its trace replays to "
+                        f"{len(replayed)}: not the results of this trace, or made with other "
+                        f"interval options")
+    ends = np.array([r["t_end_ns"] for r in results], np.int64)
+    if not np.array_equal(ends, replayed.t_end_ns):
+        first = int(np.flatnonzero(ends != replayed.t_end_ns)[0])
+        raise UserError(f"{path}: interval {first} ends at {ends[first]} ns, but in the trace "
+                        f"at {replayed.t_end_ns[first]} ns: not the results of this trace")
+    phase = np.array([r["phase"] for r in results], np.int64)
+    distance = np.array([np.nan if r["distance"] is None else r["distance"] for r in results])
+    new = np.array([bool(r["new_phase"]) for r in results])
+    return replace(replayed, phase=phase, distance=distance, new_phase=new)
+
+
+def read_truth(path: str) -> list:
+    """A JSON list, or SimPoint's labels file (``LABEL [DISTANCE]`` per line)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64).lstrip()
+    except OSError as exc:
+        raise UserError(f"cannot read labels {path}: {exc.strerror}") from None
+    if head[:1] == b"[":
+        return read_labels(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [line.split()[0] for line in f if line.strip()]
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: labels must be a JSON list or SimPoint labels text") from None
+
+
+def check_labels(path: str, labels: list, n: int) -> list:
+    if len(labels) != n:
+        raise UserError(f"{path}: {len(labels)} labels, but the run has {n} complete intervals")
+    return labels
+
+
+def symbolizer_of(meta: dict) -> Symbolizer:
+    """Resolves IPs through the executable mappings the trace recorded, if any."""
+    symbolizer = Symbolizer()
+    maps = meta.get("mappings")
+    if isinstance(maps, list):
+        symbolizer.add_mappings(_mapping(m) for m in maps if isinstance(m, dict))
+    return symbolizer
+
+
+def _mapping(m: dict) -> Mapping:
+    path = str(m.get("path", ""))
+    try:
+        inode = os.stat(path).st_ino if path.startswith("/") else 0
+    except OSError:
+        inode = 0
+    return Mapping(int(m["start"]), int(m["end"]), int(m.get("offset", 0)), path, inode)
+
+
+def describe(trace: str, pipeline: Pipeline, figure: PhaseFigure, results_path) -> list[str]:
+    p = pipeline.params
+    notes = [f"{trace}: {pipeline.samples:,} samples, {figure.n_intervals:,} intervals "
+             f"{p.interval.describe()}, detector {p.detector.detector}, threshold "
+             f"{p.detector.threshold:g}" + (" (adaptive)" if p.detector.adaptive else "")]
+    if results_path:
+        notes.append(f"phases and distances from {results_path}; histograms from the trace")
+    if figure.ari is not None:
+        notes.append(f"adjusted Rand index against the ground truth: {figure.ari:.4f}")
+    return notes

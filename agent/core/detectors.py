@@ -1,0 +1,84 @@
+"""The detectors: which parts of an execution profile each compares, and how.
+
+``vpf``
+    The thesis's detector.  Profiles are the core-voltage histogram and the
+    productive-frequency histogram; both are ordered quantities, so each is
+    compared with the cumulative histogram distance (a sample moved to a
+    neighbouring bin costs little, one moved across the range costs much).
+    The profile distance is the larger of the two: two intervals belong together
+    only if neither signal tells them apart.
+
+``vpf-ip``
+    Adds the code signature: every sampled IP placed in its object (main
+    executable, shared library, JIT mapping, kernel) and hashed by 16 KiB code
+    region into 1024 entries (agent/core/codemap.py).  Its entries have no order,
+    so it is compared with the total-variation distance (half the L1
+    distance, also 0..1): code that runs in disjoint places is at distance 1
+    however close those places lie.  Combined again by the maximum, so a change
+    of code alone opens a new phase even when voltage and frequency stay alike.
+    Where the host gives no voltage or frequency (a virtual machine), the IP
+    vector is the only segment present and decides alone.
+
+``vpf-ip-fold``
+    ``vpf-ip`` with the thesis's IP vector instead: IPs folded into 32 entries
+    over the main executable's ``.text``, kept for comparison.
+
+The IP segment is compared after allowing for sampling noise
+(``histograms.segment_distance``).
+
+``bbv``
+    Basic-block vectors from SimPoint ``.bb`` files (valgrind exp-bbv), hashed
+    to a fixed length and classified by the same leader-follower (see
+    bbvdetect.py).  It reads ``.bb`` files only, not sample traces.
+
+Segments an interval has no samples for are left out of the maximum, on either
+side; if no segment is left, the distance is 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import UserError
+
+USED_SEGMENTS = {
+    "vpf": ("voltage", "pfreq"),
+    "vpf-ip": ("voltage", "pfreq", "ip"),
+    "vpf-ip-fold": ("voltage", "pfreq", "ip"),
+}
+#: The IP signature each detector's profiles carry.
+IP_SIGNATURE = {"vpf": "regions", "vpf-ip": "regions", "vpf-ip-fold": "fold"}
+NAMES = tuple(USED_SEGMENTS) + ("bbv",)
+
+#: Raw signals each segment is computed from.
+SEGMENT_SIGNALS = {
+    "voltage": ("perf_status",),
+    "pfreq": ("pperf", "mperf"),
+    "ip": ("ip",),
+}
+
+
+def used_mask(detector: str) -> np.ndarray:
+    from .intervals import SEGMENTS  # numba: imported when a pipeline is built, not for options
+    if detector not in USED_SEGMENTS:
+        raise UserError(f"unknown detector {detector!r}: choose one of {', '.join(NAMES)}")
+    return np.array([s in USED_SEGMENTS[detector] for s in SEGMENTS], np.bool_)
+
+
+def usable_segments(detector: str, signals) -> list[str]:
+    """The detector's segments whose raw signals are all present."""
+    have = set(signals)
+    return [s for s in USED_SEGMENTS[detector] if set(SEGMENT_SIGNALS[s]) <= have]
+
+
+def check_signals(detector: str, signals) -> list[str]:
+    """Segments the detector can use with these signals; an error if none."""
+    if detector == "bbv":
+        raise UserError("detector bbv reads SimPoint .bb files (valgrind --tool=exp-bbv), "
+                        "not sample traces: use --detector vpf or vpf-ip")
+    usable = usable_segments(detector, signals)
+    if usable:
+        return usable
+    need = " or ".join("+".join(SEGMENT_SIGNALS[s]) for s in USED_SEGMENTS[detector])
+    hint = " (try --detector vpf-ip)" if "ip" in set(signals) and detector == "vpf" else ""
+    raise UserError(f"detector {detector} needs {need}, and the samples have none of them{hint}")

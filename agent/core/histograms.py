@@ -1,0 +1,209 @@
+"""Histogram kernels: binning, instruction-pointer folding and distances.
+
+Each kernel has a plain numpy reference beside it; the tests hold one to the other.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .kernels import kernel
+
+CUMULATIVE = 0          # ordered bins: cumulative histogram distance
+TOTAL_VARIATION = 1     # unordered bins (folded IPs): half the L1 distance
+#: The noise model's significance: a total-variation distance is counted only
+#: beyond the level that sampling noise alone exceeds with probability 1 %
+#: (one-sided z of the normal approximation).
+NOISE_Z = 2.326
+
+
+@kernel(cache=True, nogil=True, error_model="numpy")
+def value_bins(values, lo, hi, nbins, out):
+    """Bin of each value in ``nbins`` equal bins over [lo, hi); values outside
+    fall in the end bins; -1 for NaN."""
+    scale = nbins / (hi - lo)
+    top = nbins - 1
+    for i in range(len(values)):
+        v = values[i]
+        x = min(max((v - lo) * scale, 0.0), float(top))
+        out[i] = int(x) if v == v else -1
+
+
+@kernel(cache=True, nogil=True, error_model="numpy")
+def ip_bins(ips, lo, hi, bits, groups, out):
+    """Spatial-aware projection of instruction pointers onto 2**bits entries.
+
+    The position of an IP inside the text range [lo, hi) is scaled to
+    ``bits * groups`` bits (IPs outside fall at the ends), split into
+    ``groups`` groups of ``bits`` bits, and the groups are XOR-folded.  The top
+    group keeps coarse code regions apart; folding in the finer groups spreads
+    a region's hot spots over the entries.  -1 for an unknown IP (0).
+    """
+    total = 1 << (bits * groups)
+    scale = total / float(hi - lo)
+    mask = (1 << bits) - 1
+    for i in range(len(ips)):
+        ip = ips[i]
+        if ip < lo:
+            pos = 0
+        elif ip >= hi:
+            pos = total - 1
+        else:
+            pos = min(int(float(np.int64(ip - lo)) * scale), total - 1)
+        folded = 0
+        for _ in range(groups):
+            folded ^= pos & mask
+            pos >>= bits
+        out[i] = folded if ip != 0 else -1
+
+
+@kernel(cache=True, nogil=True)
+def fill(values, lo, hi, nbins):
+    """Counts of ``values`` in ``nbins`` bins over [lo, hi), NaNs skipped."""
+    bins = np.empty(len(values), np.int32)
+    value_bins(values, lo, hi, nbins, bins)
+    h = np.zeros(nbins, np.float64)
+    for b in bins:
+        if b >= 0:
+            h[b] += 1.0
+    return h
+
+
+def fill_reference(values: np.ndarray, lo: float, hi: float, nbins: int) -> np.ndarray:
+    v = values[~np.isnan(values)]
+    idx = np.clip(np.floor((v - lo) * (nbins / (hi - lo))), 0, nbins - 1).astype(np.int64)
+    return np.bincount(idx, minlength=nbins).astype(np.float64)
+
+
+def ip_bins_reference(ips: np.ndarray, lo: int, hi: int, bits: int, groups: int) -> np.ndarray:
+    """Entry per IP (-1 for IP 0), computed with whole-array numpy operations."""
+    ips = np.asarray(ips, np.uint64)
+    total = 1 << (bits * groups)
+    inside = (ips >= np.uint64(lo)) & (ips < np.uint64(hi))
+    pos = np.where(ips < np.uint64(lo), 0, total - 1).astype(np.int64)
+    offs = (ips[inside] - np.uint64(lo)).astype(np.float64)
+    pos[inside] = np.minimum((offs * (total / float(hi - lo))).astype(np.int64), total - 1)
+    folded = np.zeros(len(ips), np.int64)
+    for _ in range(groups):
+        folded ^= pos & ((1 << bits) - 1)
+        pos >>= bits
+    folded[ips == 0] = -1
+    return folded
+
+
+@kernel(cache=True, nogil=True, fastmath=True)
+def cumulative_distance(h1, h2):
+    """Cumulative histogram distance of two normalised histograms, in 0..1."""
+    n = len(h1)
+    prefix = 0.0
+    d = 0.0
+    for i in range(n):
+        prefix += h1[i] - h2[i]
+        d += abs(prefix)
+    return d / (n - 1) if n > 1 else 0.0
+
+
+def cumulative_distance_reference(h1: np.ndarray, h2: np.ndarray) -> float:
+    n = len(h1)
+    return float(np.abs(np.cumsum(h1 - h2)).sum() / (n - 1)) if n > 1 else 0.0
+
+
+@kernel(cache=True, nogil=True, fastmath=True)
+def total_variation_distance(h1, h2):
+    """Half the L1 distance of two normalised histograms, in 0..1."""
+    d = 0.0
+    for i in range(len(h1)):
+        d += abs(h1[i] - h2[i])
+    return 0.5 * d
+
+
+def total_variation_distance_reference(h1: np.ndarray, h2: np.ndarray) -> float:
+    return float(0.5 * np.abs(h1 - h2).sum())
+
+
+@kernel(cache=True, nogil=True, fastmath=True)
+def expected_total_variation(h, n):
+    """Total-variation distance expected between ``h`` and a histogram of ``n``
+    samples drawn from it: sampling noise alone (normal approximation)."""
+    s = 0.0
+    for p in h:
+        s += np.sqrt(p * (1.0 - p))
+    return 0.5 * s * np.sqrt(2.0 / (np.pi * n)) if n > 0 else 0.0
+
+
+def expected_total_variation_reference(h: np.ndarray, n: int) -> float:
+    return float(0.5 * np.sqrt(h * (1 - h)).sum() * np.sqrt(2 / (np.pi * n))) if n > 0 else 0.0
+
+
+@kernel(cache=True, nogil=True, fastmath=True)
+def noise_level(h, n_eff):
+    """The total-variation distance that sampling noise alone stays under with
+    probability 1 - 1 %: between ``h`` and a histogram of ``n_eff`` samples
+    drawn from it, mean plus ``NOISE_Z`` standard deviations.  Per entry the
+    deviation of a share is about normal with variance p(1-p)/n, so its absolute
+    value has mean sqrt(2/pi) sigma and variance (1 - 2/pi) sigma^2; entries are
+    taken as independent."""
+    if n_eff <= 0.0:
+        return 0.0
+    s, v = 0.0, 0.0
+    for p in h:
+        q = p * (1.0 - p)
+        s += np.sqrt(q)
+        v += q
+    mean = 0.5 * s * np.sqrt(2.0 / (np.pi * n_eff))
+    sd = 0.5 * np.sqrt((1.0 - 2.0 / np.pi) * v / n_eff)
+    return mean + NOISE_Z * sd
+
+
+def noise_level_reference(h: np.ndarray, n_eff: float) -> float:
+    if n_eff <= 0:
+        return 0.0
+    q = h * (1 - h)
+    return float(0.5 * np.sqrt(q).sum() * np.sqrt(2 / (np.pi * n_eff))
+                 + NOISE_Z * 0.5 * np.sqrt((1 - 2 / np.pi) * q.sum() / n_eff))
+
+
+def effective_samples(n: int, members: int) -> float:
+    """Samples behind a difference of an interval of ``n`` samples and a
+    centroid of ``members`` intervals of about as many: both carry noise."""
+    return n * members / (members + 1.0) if members > 0 else float(n)
+
+
+effective_samples_kernel = kernel(cache=True, nogil=True)(effective_samples)
+
+
+def beyond_noise(tv: float, level: float) -> float:
+    """The share of new code ``D`` behind a distance ``tv`` when noise alone
+    reaches ``level``: ``(tv - level) / (1 - level)``, at least 0."""
+    return max(tv - level, 0.0) / (1.0 - level) if level < 1.0 else 0.0
+
+
+beyond_noise_kernel = kernel(cache=True, nogil=True)(beyond_noise)
+
+
+@kernel(cache=True, nogil=True)
+def segment_distance(x, n, centroid, members, kind):
+    """Distance of an interval's histogram ``x`` of ``n`` samples to the
+    centroid of ``members`` intervals.
+
+    Code signatures are unordered and sparse: an interval of a hundred samples
+    differs from its own phase's centroid by sampling noise alone.  The noise
+    model: if the interval's code is a share ``D`` of new code and ``1 - D``
+    drawn from the centroid, its observed total-variation distance is about
+    ``D + (1 - D) L``, where ``L`` is what noise alone gives.  So ``D`` is
+    estimated as ``(TV - L) / (1 - L)``, with ``L`` the level noise stays under
+    at 1 % significance: a difference noise cannot explain keeps its size,
+    however few the samples, and the estimate tends to the plain distance as
+    samples grow.
+    """
+    if kind == TOTAL_VARIATION:
+        level = noise_level(centroid, effective_samples_kernel(n, members))
+        return beyond_noise_kernel(total_variation_distance(x, centroid), level)
+    return cumulative_distance(x, centroid)
+
+
+def segment_distance_reference(x, n, centroid, members, kind) -> float:
+    if kind == TOTAL_VARIATION:
+        level = noise_level_reference(centroid, effective_samples(n, members))
+        return beyond_noise(total_variation_distance_reference(x, centroid), level)
+    return cumulative_distance_reference(x, centroid)

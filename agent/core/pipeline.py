@@ -1,0 +1,184 @@
+"""decode → intervals → profiles → phases: one pipeline for live runs and replay.
+
+The pipeline is a pure function of the batches it is fed and the state it
+keeps between them; sources and sinks stay outside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .batch import KERNEL_START, SampleBatch
+from .classify import ClassifierState, classify
+from .codemap import CodeMap
+from .cpumodels import FALLBACK_BASE_HZ
+from .decode import COUNTERS, PROFILE_COUNTERS, DecoderState, decode
+from .detectors import IP_SIGNATURE, used_mask
+from .intervals import SEGMENT_KINDS, SEGMENTS, IntervalAccumulator, IntervalBlock, Layout
+from .params import Params, cpu_model_of
+
+#: Rows decoded and profiled at a time, so that the work arrays stay in cache.
+CHUNK_ROWS = 32768
+
+
+@dataclass
+class Intervals:
+    """Classified intervals, as columns (the JSON Lines keys and a few more)."""
+
+    index: np.ndarray
+    t_start_ns: np.ndarray
+    t_end_ns: np.ndarray
+    instructions: np.ndarray
+    cycles: np.ndarray
+    samples: np.ndarray
+    distance: np.ndarray
+    phase: np.ndarray
+    new_phase: np.ndarray
+    voltage_mv: np.ndarray       # mean over the interval's samples, NaN if none
+    pfreq_mhz: np.ndarray
+    partial: bool = False
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @classmethod
+    def join(cls, parts: list["Intervals"]) -> "Intervals":
+        names = [f for f in cls.__dataclass_fields__ if f != "partial"]
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in names))
+
+    @property
+    def cpi(self) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            known = (self.instructions > 0) & (self.cycles > 0)   # 0 cycles: not counted
+            return np.where(known, self.cycles / self.instructions, np.nan)
+
+
+class Pipeline:
+    """Feed it sample batches; it returns the intervals each batch completed."""
+
+    def __init__(self, params: Params, base_mhz: float, voltage_from_perf_status: bool = True,
+                 counter_scope: str = "cpu", mappings: list[dict] | None = None):
+        params = replace(params, histograms=replace(
+            params.histograms, ip_signature=IP_SIGNATURE[params.detector.detector]))
+        self.params = params
+        self.base_mhz = float(base_mhz)
+        self.voltage_from_perf_status = voltage_from_perf_status
+        self.decoder = DecoderState(counters=PROFILE_COUNTERS, scope=counter_scope)
+        self.accumulator = IntervalAccumulator(params.interval, params.histograms)
+        self.layout: Layout = self.accumulator.layout
+        self.classifier = ClassifierState(self.layout.width, len(SEGMENTS), params.detector)
+        self.used = used_mask(params.detector.detector)
+        self.text_range = params.histograms.text_range
+        self.mappings = mappings
+        self.accumulator.set_code_map(CodeMap.from_mappings(mappings))
+        self.accumulator.build_segments(self.used)
+        self.count = 0
+        self.samples = 0
+        self.profile_observers: list = []
+
+    @property
+    def columns(self) -> frozenset[str]:
+        """The raw columns ``feed`` reads; a source may leave the others unread."""
+        wanted = {"t_ns", "cpu", "tid"} | {COUNTERS[k] for k in self.decoder.decoded}
+        if self.voltage_from_perf_status:
+            wanted.add("perf_status")
+        if self.accumulator.built > SEGMENTS.index("ip"):
+            wanted.add("ip")
+        return frozenset(wanted)
+
+    def observe_profiles(self, observe) -> None:
+        """Call ``observe(block, intervals)`` with each block of completed
+        intervals and their classification, every segment built, for sinks
+        that need the profiles themselves (the report's heatmaps)."""
+        self.profile_observers.append(observe)
+        self.accumulator.build_segments(np.ones(len(SEGMENTS), np.bool_))
+
+    def feed(self, batch: SampleBatch) -> Intervals:
+        n = len(batch)
+        if n <= CHUNK_ROWS:
+            return self._feed(batch)
+        return Intervals.join([self._feed(batch.slice(a, a + CHUNK_ROWS))
+                               for a in range(0, n, CHUNK_ROWS)])
+
+    def _feed(self, batch: SampleBatch) -> Intervals:
+        self.samples += len(batch)
+        if (self.text_range is None and self.params.histograms.ip_signature == "fold"
+                and self.used[SEGMENTS.index("ip")] and "ip" in batch):
+            self._guess_text_range(batch["ip"])
+        decoded = decode(batch, self.decoder, self.base_mhz, self.voltage_from_perf_status)
+        block = self.accumulator.feed(batch["t_ns"], batch.get("ip"), decoded)
+        return self._classify(block)
+
+    def finish(self) -> Intervals:
+        """The trailing partial interval, reported but neither classified nor
+        added to any centroid: its phase is -1."""
+        block = self.accumulator.pending()
+        n = len(block)
+        return self._intervals(block, np.full(n, -1, np.int64), np.full(n, np.nan),
+                               np.zeros(n, np.bool_), partial=True)
+
+    @classmethod
+    def for_trace(cls, meta: dict, params: Params) -> "Pipeline":
+        """The pipeline for samples described by trace metadata ``meta``: the
+        one constructor live runs and replay share, so that both decode alike."""
+        return cls(params, base_mhz=meta.get("base_freq_mhz") or FALLBACK_BASE_HZ / 1e6,
+                   voltage_from_perf_status=(meta.get("voltage_source")
+                                             or cpu_model_of(meta).voltage_source) == "perf_status",
+                   counter_scope=meta.get("counter_scope", "cpu"),
+                   mappings=meta.get("mappings"))
+
+    def set_mappings(self, mappings: list[dict]) -> None:
+        """Executable mappings learnt while running (each new one with the
+        ``t_ns`` from which it applies); replay reads the same list."""
+        self.mappings = list(mappings)
+        self.accumulator.set_code_map(CodeMap.from_mappings(self.mappings))
+
+    @property
+    def code_map(self) -> CodeMap:
+        return self.accumulator.code_map
+
+    @property
+    def n_phases(self) -> int:
+        return self.classifier.n_phases
+
+    @property
+    def threshold(self) -> float:
+        return float(self.classifier.threshold[0])
+
+    def dropped(self) -> dict[str, int]:
+        return self.decoder.dropped()
+
+    def implausible(self) -> dict[str, int]:
+        return self.decoder.implausible_values()
+
+    def _classify(self, block: IntervalBlock) -> Intervals:
+        phase, dist, new = classify(block.profiles, block.segment_samples, self.layout.bounds,
+                                    SEGMENT_KINDS, self.used, self.classifier)
+        intervals = self._intervals(block, phase, dist, new)
+        for observe in self.profile_observers:
+            observe(block, intervals)
+        return intervals
+
+    def _intervals(self, block: IntervalBlock, phase, dist, new, partial=False) -> Intervals:
+        n = len(block)
+        index = np.arange(self.count, self.count + n, dtype=np.int64)
+        if not partial:
+            self.count += n
+        with np.errstate(divide="ignore", invalid="ignore"):
+            volt = block.voltage_sum / block.segment_samples[:, 0]
+            pfreq = block.pfreq_sum / block.segment_samples[:, 1]
+        return Intervals(index, block.t_start_ns.copy(), block.t_end_ns.copy(),
+                         block.instructions.copy(), block.cycles.copy(), block.samples.copy(),
+                         dist, phase, new, volt, pfreq, partial)
+
+    def _guess_text_range(self, ips: np.ndarray) -> None:
+        """No text range known: take the span of the user-space IPs seen first,
+        and keep it, so that profiles stay comparable for the whole run."""
+        user = ips[(ips != 0) & (ips < KERNEL_START)]
+        if len(user) == 0:
+            return
+        lo, hi = int(user.min()), int(user.max()) + 1
+        self.text_range = (lo, hi)
+        self.accumulator.set_text_range(lo, hi)

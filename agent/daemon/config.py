@@ -1,0 +1,228 @@
+"""phasewatchd's configuration: a TOML file, checked whole before it is used.
+
+Every key is known, typed and range-checked; a mistake is refused with the
+file, the key and the reason.  Command-line flags override the file.  See
+``systemd/phasewatch.toml`` for every key with its default.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, replace
+
+from ..core.params import DEFAULT_THRESHOLD
+from ..errors import UserError
+from .publish import DEFAULT_HWM
+from .targets import DEFAULT_GRACE_S, DEFAULT_MAX_PHASES
+
+SOURCES = ("auto", "kmod", "msr", "perf", "replay")
+DETECTORS = ("vpf", "vpf-ip")
+
+
+@dataclass(frozen=True)
+class Config:
+    source: str = "auto"
+    trace: str | None = None
+    replay_speed: float = 1.0
+    msr_path: str = "/dev/cpu/{cpu}/msr"
+    rate_hz: int = 1000
+    cpus: str | tuple[int, ...] = "all"
+    pids: tuple[int, ...] = ()
+    commands: tuple[str, ...] = ()
+    cgroups: tuple[str, ...] = ()
+    rescan_seconds: float = 10.0
+    detector: str = "vpf"
+    threshold: float = DEFAULT_THRESHOLD
+    adaptive: bool = False
+    interval_instructions: int | None = None
+    interval_ms: float | None = None
+    max_phases: int = DEFAULT_MAX_PHASES
+    metrics: str | None = "127.0.0.1:9464"
+    metrics_certfile: str | None = None
+    metrics_keyfile: str | None = None
+    metrics_client_cafile: str | None = None
+    grace_seconds: float = DEFAULT_GRACE_S
+    zmq: str | None = "tcp://127.0.0.1:5556"
+    zmq_hwm: int = DEFAULT_HWM
+    zmq_samples: bool = False
+    curve_secret_key: str | None = None
+    curve_authorized_keys: str | None = None
+    record: str | None = None
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        return split_address(self.metrics) if self.metrics else None
+
+    @property
+    def tls(self) -> dict:
+        return {"certfile": self.metrics_certfile, "keyfile": self.metrics_keyfile,
+                "client_cafile": self.metrics_client_cafile}
+
+    @property
+    def curve(self) -> dict | None:
+        if not self.curve_secret_key:
+            return None
+        return {"secret_key": self.curve_secret_key, "authorized_keys": self.curve_authorized_keys}
+
+
+def _positive(x) -> str | None:
+    return None if x > 0 else "must be positive"
+
+
+def _threshold(x) -> str | None:
+    return None if 0 < x <= 1 else "give a distance in (0, 1]"
+
+
+def _one_of(choices):
+    return lambda x: None if x in choices else f"must be one of {', '.join(choices)}"
+
+
+def _cpus(x) -> str | None:
+    if x == "all" or (isinstance(x, list) and all(isinstance(c, int) and c >= 0 for c in x)):
+        return None
+    return 'give "all" or a list of CPU numbers'
+
+
+def _pids(x) -> str | None:
+    return None if all(isinstance(p, int) and p > 0 for p in x) else "give positive pids"
+
+
+def _strings(x) -> str | None:
+    return None if all(isinstance(s, str) and s for s in x) else "give non-empty strings"
+
+
+def _address(x) -> str | None:
+    try:
+        split_address(x)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+#: [table] key -> (Config field, types, check)
+SCHEMA = {
+    "source": {
+        "kind": ("source", str, _one_of(SOURCES)),
+        "trace": ("trace", str, None),
+        "replay_speed": ("replay_speed", (int, float), lambda x: None if x >= 0 else
+                         "must be 0 (as fast as possible) or more"),
+        "msr_path": ("msr_path", str, None),
+        "rate_hz": ("rate_hz", int, _positive),
+    },
+    "targets": {
+        "cpus": ("cpus", (str, list), _cpus),
+        "pids": ("pids", list, _pids),
+        "commands": ("commands", list, _strings),
+        "cgroups": ("cgroups", list, _strings),
+        "rescan_seconds": ("rescan_seconds", (int, float), _positive),
+    },
+    "detector": {
+        "name": ("detector", str, _one_of(DETECTORS)),
+        "threshold": ("threshold", (int, float), _threshold),
+        "adaptive": ("adaptive", bool, None),
+        "interval_instructions": ("interval_instructions", int, _positive),
+        "interval_ms": ("interval_ms", (int, float), _positive),
+        "max_phases": ("max_phases", int, lambda x: None if x >= 2 else "must be at least 2"),
+    },
+    "metrics": {
+        "listen": ("metrics", str, _address),
+        "certfile": ("metrics_certfile", str, None),
+        "keyfile": ("metrics_keyfile", str, None),
+        "client_cafile": ("metrics_client_cafile", str, None),
+        "grace_seconds": ("grace_seconds", (int, float), lambda x: None if x >= 0 else
+                          "must be 0 or more"),
+    },
+    "zmq": {
+        "endpoint": ("zmq", str, lambda x: None if "://" in x else
+                     "give a ZeroMQ endpoint such as tcp://127.0.0.1:5556"),
+        "hwm": ("zmq_hwm", int, _positive),
+        "samples": ("zmq_samples", bool, None),
+        "curve_secret_key": ("curve_secret_key", str, None),
+        "curve_authorized_keys": ("curve_authorized_keys", str, None),
+    },
+    "record": {
+        "dir": ("record", str, None),
+    },
+}
+
+
+def split_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("give ADDRESS:PORT, e.g. 127.0.0.1:9464")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def load(path: str) -> Config:
+    """The config in ``path``, checked; a UserError naming the key otherwise."""
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except OSError as exc:
+        raise UserError(f"cannot read config {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: not valid TOML: {exc}") from None
+    return from_dict(doc, path)
+
+
+def from_dict(doc: dict, path: str = "config") -> Config:
+    values = {}
+    for table, body in doc.items():
+        if table not in SCHEMA:
+            raise UserError(f"{path}: unknown table [{table}] "
+                            f"(known: {', '.join(SCHEMA)})")
+        if not isinstance(body, dict):
+            raise UserError(f"{path}: {table} must be a table ([{table}])")
+        for key, value in body.items():
+            if key not in SCHEMA[table]:
+                raise UserError(f"{path}: [{table}] unknown key {key!r} "
+                                f"(known: {', '.join(SCHEMA[table])})")
+            name, types, rule = SCHEMA[table][key]
+            if not isinstance(value, types) or (isinstance(value, bool) and types in (int, (int, float))):
+                raise UserError(f"{path}: [{table}] {key} = {value!r}: wrong type")
+            problem = rule(value) if rule else None
+            if problem:
+                raise UserError(f"{path}: [{table}] {key} = {value!r}: {problem}")
+            values[name] = tuple(value) if isinstance(value, list) else value
+    return check(replace(Config(), **values), path)
+
+
+def check(config: Config, where: str = "config") -> Config:
+    """Checks across keys, after the flags have been applied too."""
+    if config.source == "replay" and not config.trace:
+        raise UserError(f"{where}: [source] kind = \"replay\" needs trace = \"FILE\" "
+                        f"(or --replay TRACE)")
+    if config.interval_instructions and config.interval_ms:
+        raise UserError(f"{where}: [detector] interval_instructions and interval_ms "
+                        f"exclude each other: give one")
+    if bool(config.metrics_certfile) != bool(config.metrics_keyfile):
+        raise UserError(f"{where}: [metrics] certfile and keyfile go together")
+    if config.curve_secret_key and not config.curve_authorized_keys:
+        raise UserError(f"{where}: [zmq] curve_secret_key needs curve_authorized_keys "
+                        f"(a directory of the clients' public keys)")
+    return config
+
+
+def with_flags(config: Config, args) -> Config:
+    """The command-line flags over the file's values."""
+    changes = {}
+    if args.replay:
+        changes.update(source="replay", trace=args.replay)
+    if args.replay_speed is not None:
+        changes["replay_speed"] = args.replay_speed
+    if args.metrics:
+        changes["metrics"] = args.metrics
+    if args.zmq:
+        changes["zmq"] = args.zmq
+    if args.record:
+        changes["record"] = args.record
+    if args.zmq_samples:
+        changes["zmq_samples"] = True
+    config = replace(config, **changes)
+    for flag, value in (("--metrics", config.metrics),):
+        if value and _address(value):
+            raise UserError(f"{flag} {value}: {_address(value)}")
+    if config.replay_speed < 0:
+        raise UserError(f"--replay-speed {config.replay_speed}: give 0 (as fast as possible) or more")
+    return check(config, "options")
+

@@ -1,0 +1,194 @@
+"""The Prometheus endpoint: a custom collector that reads the daemon's latest state.
+
+Nothing is set per sample: each scrape reads the targets' counters, the host
+signals and the daemon's own counts as they are at that moment.  The names
+and labels are the contract with the dashboards (base units, node_exporter's
+conventions).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import threading
+from typing import Callable
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
+                                    InfoMetricFamily)
+from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.process_collector import ProcessCollector
+
+from .. import __version__
+from ..live.host_signals import CSTATES, HostSignals
+from .targets import Targets
+
+
+class DaemonCounts:
+    """Counts the daemon keeps beside the targets: samples, drops, lag."""
+
+    def __init__(self):
+        self.samples: Callable[[], int] = lambda: 0
+        self.dropped: Callable[[], int] = lambda: 0
+        self.zmq_dropped: Callable[[], int] = lambda: 0
+        self.lag_s: Callable[[], float] = lambda: 0.0
+
+
+class PhasewatchCollector:
+    """Every phasewatch_* metric, read from the latest state at scrape time."""
+
+    def __init__(self, targets: Callable[[], list[Targets]], host: Callable[[], list[HostSignals]],
+                 counts: DaemonCounts):
+        self.targets = targets
+        self.host = host
+        self.counts = counts
+
+    def collect(self):
+        yield from self._host_metrics()
+        yield from self._target_metrics()
+        yield from self._daemon_metrics()
+
+    def _host_metrics(self):
+        volts = GaugeMetricFamily("phasewatch_core_voltage_volts",
+                                  "Latest core voltage read on the CPU", labels=["cpu"])
+        freq = GaugeMetricFamily("phasewatch_cpu_frequency_hertz",
+                                 "Base frequency times dAPERF/dMPERF over the last second",
+                                 labels=["cpu"])
+        pfreq = GaugeMetricFamily("phasewatch_cpu_productive_frequency_hertz",
+                                  "Base frequency times dPPERF/dMPERF over the last second",
+                                  labels=["cpu"])
+        cstate = GaugeMetricFamily("phasewatch_cpu_cstate_residency_ratio",
+                                   "Share of the last second spent in the C-state",
+                                   labels=["cpu", "state"])
+        energy = CounterMetricFamily("phasewatch_package_energy_joules",
+                                     "RAPL package energy", labels=["package"])
+        vhist = HistogramMetricFamily("phasewatch_core_voltage_sample_volts",
+                                      "Every sample's core voltage")
+        fhist = HistogramMetricFamily("phasewatch_productive_frequency_sample_hertz",
+                                      "Every sample's productive frequency")
+        v_buckets, f_buckets, v_sum, f_sum = None, None, 0.0, 0.0
+        for h in self.host():
+            with h.lock:
+                for cpu, v in sorted(h.volts.items()):
+                    volts.add_metric([str(cpu)], v)
+                for cpu, v in sorted(h.freq_hz.items()):
+                    freq.add_metric([str(cpu)], v)
+                for cpu, v in sorted(h.pfreq_hz.items()):
+                    pfreq.add_metric([str(cpu)], v)
+                for cpu, r in sorted(h.residency.items()):
+                    for state in CSTATES:
+                        cstate.add_metric([str(cpu), state], r[state])
+                v_buckets, v_sum = _merge(v_buckets, h.voltage_hist.buckets()), v_sum + h.voltage_hist.sum
+                f_buckets, f_sum = _merge(f_buckets, h.pfreq_hist.buckets()), f_sum + h.pfreq_hist.sum
+            for package, joules in sorted(h.energy_joules().items()):
+                energy.add_metric([str(package)], joules)
+        if v_buckets is not None:
+            vhist.add_metric([], v_buckets, v_sum)
+            fhist.add_metric([], f_buckets, f_sum)
+        return volts, freq, pfreq, cstate, energy, vhist, fhist
+
+    def _target_metrics(self):
+        phase = GaugeMetricFamily("phasewatch_phase", "Current phase id of the target",
+                                  labels=["target"])
+        phases = GaugeMetricFamily("phasewatch_phases", "Phases currently kept for the target",
+                                   labels=["target"])
+        changes = CounterMetricFamily("phasewatch_phase_changes",
+                                      "Intervals whose phase differs from the previous interval's",
+                                      labels=["target"])
+        intervals = CounterMetricFamily("phasewatch_intervals", "Classified intervals",
+                                        labels=["target"])
+        per_phase = CounterMetricFamily("phasewatch_phase_intervals",
+                                        "Intervals classified into each phase",
+                                        labels=["target", "phase"])
+        retired = CounterMetricFamily("phasewatch_phases_retired",
+                                      "Phases dropped by the per-target cap", labels=["target"])
+        for router in self.targets():
+            for t in sorted(router.snapshot(), key=lambda t: t.name):
+                if t.phase >= 0:
+                    phase.add_metric([t.name], t.phase)
+                phases.add_metric([t.name], t.phases)
+                changes.add_metric([t.name], t.phase_changes)
+                intervals.add_metric([t.name], t.intervals)
+                retired.add_metric([t.name], t.phases_retired)
+                for p, n in sorted(t.phase_intervals.items()):
+                    per_phase.add_metric([t.name, str(p)], n)
+        return phase, phases, changes, intervals, per_phase, retired
+
+    def _daemon_metrics(self):
+        c = self.counts
+        samples = CounterMetricFamily("phasewatch_samples", "Samples taken")
+        samples.add_metric([], c.samples())
+        dropped = CounterMetricFamily("phasewatch_samples_dropped",
+                                      "Samples lost (source or queue)")
+        dropped.add_metric([], c.dropped())
+        zmq_dropped = CounterMetricFamily("phasewatch_zmq_dropped_messages",
+                                          "Events a slow subscriber missed (high-water mark)")
+        zmq_dropped.add_metric([], c.zmq_dropped())
+        t = os.times()
+        cpu = CounterMetricFamily("phasewatch_agent_cpu_seconds",
+                                  "The daemon's own CPU time, all threads", labels=["mode"])
+        cpu.add_metric(["user"], t.user)
+        cpu.add_metric(["system"], t.system)
+        lag = GaugeMetricFamily("phasewatch_sampler_lag_seconds",
+                                "How far the newest sample processed lags behind now")
+        lag.add_metric([], c.lag_s())
+        build = InfoMetricFamily("phasewatch_build", "The daemon's version")
+        build.add_metric([], {"version": __version__})
+        return samples, dropped, zmq_dropped, cpu, lag, build
+
+
+def _merge(total, buckets):
+    if total is None:
+        return buckets
+    return [(le, a + b) for (le, a), (_, b) in zip(total, buckets)]
+
+
+def registry_for(collector: PhasewatchCollector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    ProcessCollector(registry=registry)
+    return registry
+
+
+class _Server(ThreadingWSGIServer):
+    """prometheus_client's threading server, for the address family of the host."""
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that sent garbage or hung up ends its own connection, quietly."""
+
+
+class _Handler(WSGIRequestHandler):
+    #: A client that connects and then says nothing loses its connection after
+    #: this many seconds; it only ever holds its own thread.
+    timeout = 10
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def serve(registry: CollectorRegistry, host: str, port: int, tls: dict | None = None):
+    """Serve /metrics on host:port, with TLS and client certificates if ``tls``
+    names them; returns the server, to shut it down.
+
+    prometheus_client's ``start_http_server`` less one flaw: there the TLS
+    handshake runs in the accepting thread, so one client that connects and
+    sends nothing stops every scrape.  Here it runs in the connection's own
+    thread (``do_handshake_on_connect=False``: OpenSSL shakes hands on the
+    first read)."""
+    tls = tls or {}
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    server_class = type("MetricsServer", (_Server,), {"address_family": family})
+    server = make_server(host, port, make_wsgi_app(registry), server_class, handler_class=_Handler)
+    if tls.get("certfile"):
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(tls["certfile"], tls.get("keyfile"))
+        if tls.get("client_cafile"):
+            context.load_verify_locations(cafile=tls["client_cafile"])
+            context.verify_mode = ssl.CERT_REQUIRED
+        server.socket = context.wrap_socket(server.socket, server_side=True,
+                                            do_handshake_on_connect=False)
+    threading.Thread(target=server.serve_forever, name="phasewatchd-metrics", daemon=True).start()
+    return server

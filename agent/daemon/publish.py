@@ -1,0 +1,216 @@
+"""The ZeroMQ publisher and its wire format (version 1).
+
+Every message is multipart; the first frame is the topic, which subscribers
+filter on by prefix:
+
+``interval.<target>``
+    one JSON frame per classified interval::
+
+        {"v": 1, "type": "interval", "host": "...", "target": "cpu0", "seq": 17,
+         "index": 41, "t_start_ns": ..., "t_end_ns": ..., "instructions": ...,
+         "cycles": ..., "samples": ..., "distance": 0.031, "phase": 2,
+         "new_phase": false}
+
+``phase.<target>``
+    one JSON frame per phase change (an interval whose phase differs from the
+    previous interval's)::
+
+        {"v": 1, "type": "phase", "host": "...", "target": "cpu0", "seq": 3,
+         "index": 41, "t_ns": <end of the interval>, "phase": 2, "previous": 0,
+         "new_phase": false}
+
+    ``previous`` is null for a target's first interval.
+
+``sample.<cpu>`` (opt-in)
+    a raw sample batch as columns: frame 2 is a JSON header
+    ``{"v": 1, "type": "samples", "host": ..., "cpu": 0, "seq": ..., "rows": N,
+    "columns": [["t_ns", "<i8"], ["cpu", "<i4"], ...]}`` and each further
+    frame is one column's N values, little-endian, in the header's order
+    (``numpy.frombuffer(frame, dtype)`` reads one).
+
+A phase event follows the interval event of the same interval.  ``seq``
+counts the messages of each topic from 0, so a subscriber can tell
+what it missed.  ``v`` changes only when a field changes meaning or goes away.
+
+The socket is an XPUB with a send high-water mark and ``XPUB_NODROP``: a
+send that would exceed a subscriber's high-water mark fails at once instead
+of blocking, and the message is counted as dropped.  ZeroMQ then sends it to
+no subscriber, so while one subscriber is stalled with a full queue the others
+miss the same messages; the drops, and ``seq``, say so.  ``phasewatch proxy``
+between the daemon and many subscribers keeps them apart.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import platform
+import threading
+
+import numpy as np
+import zmq
+
+from ..core.batch import SampleBatch
+from ..core.pipeline import Intervals
+from ..errors import UserError
+
+WIRE_VERSION = 1
+DEFAULT_HWM = 1000
+
+
+def is_loopback_endpoint(endpoint: str) -> bool:
+    """ipc:// and inproc:// endpoints, and tcp:// on a loopback address."""
+    scheme, _, rest = endpoint.partition("://")
+    if scheme in ("ipc", "inproc"):
+        return True
+    host = rest.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Publisher:
+    """Publishes interval and phase events (and, opt-in, sample batches)."""
+
+    def __init__(self, endpoint: str, hwm: int = DEFAULT_HWM, samples: bool = False,
+                 curve: dict | None = None, context: zmq.Context | None = None):
+        self.endpoint = endpoint
+        self.samples = samples
+        self.host = platform.node()
+        self.dropped = 0
+        self.sent = 0
+        self.subscriptions = 0
+        self.bad_subscriptions = 0
+        self._seq: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._auth = None
+        self._context = context or zmq.Context.instance()
+        self.socket = self._context.socket(zmq.XPUB)
+        self.socket.setsockopt(zmq.SNDHWM, hwm)
+        self.socket.setsockopt(zmq.XPUB_NODROP, 1)
+        self.socket.setsockopt(zmq.LINGER, 200)
+        if curve:
+            self._secure(curve)
+        try:
+            self.socket.bind(endpoint)
+        except zmq.ZMQError as exc:
+            self.socket.close(0)
+            raise UserError(f"--zmq {endpoint}: cannot bind: {exc.strerror}") from None
+
+    def _secure(self, curve: dict) -> None:
+        """CurveZMQ: the server's key pair, and the clients' public keys allowed."""
+        import zmq.auth
+        from zmq.auth.thread import ThreadAuthenticator
+        public, secret = zmq.auth.load_certificate(curve["secret_key"])
+        if secret is None:
+            raise UserError(f"{curve['secret_key']}: not a secret key file (make one with "
+                            f"zmq.auth.create_certificates)")
+        self._auth = ThreadAuthenticator(self._context)
+        self._auth.start()
+        self._auth.configure_curve(domain="*", location=curve["authorized_keys"])
+        self.socket.curve_secretkey = secret
+        self.socket.curve_publickey = public
+        self.socket.curve_server = True
+
+    # --- events --------------------------------------------------------------
+
+    def intervals(self, target: str, iv: Intervals, changes: np.ndarray, previous: np.ndarray) -> None:
+        """Publish each interval, and a phase event for each change of phase."""
+        if iv.partial or len(iv) == 0:
+            return
+        cols = (iv.index.tolist(), iv.t_start_ns.tolist(), iv.t_end_ns.tolist(),
+                iv.instructions.tolist(), iv.cycles.tolist(), iv.samples.tolist(),
+                iv.distance.tolist(), iv.phase.tolist(), iv.new_phase.tolist())
+        changed = set(changes.tolist())
+        for row, (index, t0, t1, instr, cyc, n, dist, phase, new) in enumerate(zip(*cols)):
+            self._send_json(f"interval.{target}", {
+                "type": "interval", "target": target, "index": index, "t_start_ns": t0,
+                "t_end_ns": t1, "instructions": instr, "cycles": cyc, "samples": n,
+                "distance": _number(dist), "phase": phase, "new_phase": new})
+            if row in changed:
+                before = int(previous[row])
+                self._send_json(f"phase.{target}", {
+                    "type": "phase", "target": target, "index": index, "t_ns": t1,
+                    "phase": phase, "previous": before if before >= 0 else None,
+                    "new_phase": new})
+
+    def batch(self, batch: SampleBatch) -> None:
+        """Publish a raw batch on sample.<cpu>, one message per CPU in it."""
+        if not self.samples or len(batch) == 0:
+            return
+        cpus = batch["cpu"]
+        for cpu in np.unique(cpus).tolist():
+            rows = cpus == cpu
+            cols = [np.ascontiguousarray(c[rows]) for c in batch.columns.values()]
+            topic = f"sample.{cpu}"
+            header = {"v": WIRE_VERSION, "type": "samples", "host": self.host, "cpu": cpu,
+                      "seq": self._next(topic), "rows": int(rows.sum()),
+                      "columns": [[n, c.dtype.newbyteorder("<").str]
+                                  for n, c in zip(batch.columns, cols)]}
+            frames = [topic.encode(), json.dumps(header).encode()]
+            frames += [c.astype(c.dtype.newbyteorder("<"), copy=False) for c in cols]
+            self._send(frames)
+
+    def _send_json(self, topic: str, event: dict) -> None:
+        body = {"v": WIRE_VERSION, "type": event.pop("type"), "host": self.host,
+                "target": event.pop("target"), "seq": self._next(topic), **event}
+        self._send([topic.encode(), json.dumps(body).encode()])
+
+    def _next(self, topic: str) -> int:
+        with self._lock:
+            n = self._seq.get(topic, 0)
+            self._seq[topic] = n + 1
+        return n
+
+    def _send(self, frames) -> None:
+        with self._lock:
+            self._drain_subscriptions()
+            try:
+                self.socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+                self.sent += 1
+            except zmq.Again:
+                self.dropped += 1
+
+    def _drain_subscriptions(self) -> None:
+        """Read the subscription messages XPUB hands up, so they never pile up.
+        A well-formed one is a byte 1 (subscribe) or 0 (unsubscribe) and a topic."""
+        while True:
+            try:
+                msg = self.socket.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if msg[:1] in (b"\x00", b"\x01"):
+                self.subscriptions += 1
+            else:
+                self.bad_subscriptions += 1
+
+    def poll(self) -> None:
+        """Handle subscriptions while there is nothing to send."""
+        with self._lock:
+            self._drain_subscriptions()
+
+    def close(self) -> None:
+        with self._lock:
+            self.socket.close()
+        if self._auth is not None:
+            self._auth.stop()
+
+
+def _number(x: float):
+    return None if math.isnan(x) else round(x, 6)
+
+
+def decode_message(frames: list[bytes]) -> tuple[str, dict | SampleBatch]:
+    """A received message as (topic, event dict or SampleBatch)."""
+    topic = frames[0].decode()
+    body = json.loads(frames[1])
+    if body.get("type") != "samples":
+        return topic, body
+    cols = {name: np.frombuffer(frame, np.dtype(dtype))
+            for (name, dtype), frame in zip(body["columns"], frames[2:])}
+    return topic, SampleBatch(cols)
+

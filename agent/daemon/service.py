@@ -1,0 +1,405 @@
+"""``phasewatchd``'s service: the host daemon (its entry point is
+:mod:`phasewatch.cli.phasewatchd`).
+
+It watches its targets continuously (every CPU system-wide, or processes by
+pid, command name or cgroup; or the CPUs of a replayed trace), detects phases
+with one pipeline per target, serves Prometheus metrics and publishes
+interval and phase events over ZeroMQ.  Each source runs on the live loop of
+``phasewatch run`` (:class:`~phasewatch.live.loop.LiveRun`) in a worker thread;
+the main thread handles signals, the watchdog and once-a-second upkeep.
+
+SIGTERM (or SIGINT) stops it within two seconds: sampling ends, the trace is
+flushed and closed, the sockets are closed.  SIGHUP reloads the config file:
+a config with a mistake is refused and the old one kept.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import signal
+import sys
+import threading
+import time
+from dataclasses import asdict, replace
+from types import SimpleNamespace
+
+from ..console import warn
+from ..core import detectors
+from ..core.params import (DetectorParams, Params, cpu_model_of, histogram_params_of,
+                           interval_params_of)
+from ..core.settings import choose_detector, interval_params
+from ..errors import UserError
+from ..formats.trace import TraceWriter
+from ..formats.tracefiles import open_trace
+from ..live.host_signals import HostSignals
+from ..live.loop import LiveRun, SourceThread
+from ..replay.paced import PacedReplay
+from . import config as daemon_config
+from .metrics import DaemonCounts, PhasewatchCollector, registry_for, serve
+from .publish import Publisher, is_loopback_endpoint
+from .sdnotify import Notifier
+from .targets import Targets
+
+DEFAULT_CONFIG = "/etc/phasewatch/phasewatch.toml"
+STOP_WITHIN_S = 2.0
+
+
+def log(msg: str) -> None:
+    print(f"phasewatchd: {msg}", file=sys.stderr, flush=True)
+
+
+def load_config(args) -> daemon_config.Config:
+    path = args.config
+    if path is None and os.path.exists(DEFAULT_CONFIG):
+        path = DEFAULT_CONFIG
+    config = daemon_config.load(path) if path else daemon_config.Config()
+    config = daemon_config.with_flags(config, args)
+    check_exposure(config)
+    return config
+
+
+def check_exposure(config: daemon_config.Config) -> None:
+    """Beyond loopback only with TLS (metrics) and CurveZMQ (events)."""
+    if config.metrics:
+        host, _ = config.metrics_address
+        if host not in ("127.0.0.1", "::1", "localhost") and not config.metrics_certfile:
+            raise UserError(f"metrics on {config.metrics}: beyond loopback they need TLS: "
+                            f"set [metrics] certfile and keyfile (and client_cafile)")
+    if config.zmq and not is_loopback_endpoint(config.zmq) and not config.curve_secret_key:
+        raise UserError(f"--zmq {config.zmq}: beyond loopback events need CurveZMQ: set [zmq] "
+                        f"curve_secret_key and curve_authorized_keys")
+
+
+def detector_params(config: daemon_config.Config, detector: str | None = None) -> DetectorParams:
+    return DetectorParams(detector=detector or config.detector, threshold=config.threshold,
+                          adaptive=config.adaptive, max_phases=config.max_phases)
+
+
+def params_for(meta: dict, signals, config: daemon_config.Config, detector: str) -> Params:
+    flags = SimpleNamespace(interval_ms=config.interval_ms,
+                            interval_instructions=config.interval_instructions)
+    return Params(interval=interval_params(flags, interval_params_of(meta), signals, log),
+                  histograms=histogram_params_of(meta),
+                  detector=detector_params(config, detector))
+
+
+class Worker:
+    """One source on the live loop, in its own thread, feeding its targets."""
+
+    def __init__(self, name: str, source, meta: dict, signals, config, *, target=None,
+                 host_signals: bool = True, publisher: Publisher | None = None,
+                 clock_ns=lambda t_ns: t_ns, pid: int | None = None):
+        self.name = name
+        self.pid = pid
+        self.source = source
+        self.meta = meta
+        self.signals = tuple(signals)
+        self.detector = (choose_detector(config.detector, self.signals, warn) if source_is_live(source)
+                         else config.detector)
+        detectors.check_signals(self.detector, self.signals)
+        self.params = params_for(meta, self.signals, config, self.detector)
+        listeners = [publisher.intervals] if publisher else []
+        self.targets = Targets(meta, self.params, target=target,
+                               grace_s=config.grace_seconds, listeners=listeners)
+        self.host = (HostSignals(meta.get("base_freq_mhz") or 0.0,
+                                 cpu_model_of(meta).voltage_source == "perf_status")
+                     if host_signals else None)
+        self.trace = self._trace(config.record) if config.record else None
+        self.feed = SourceThread(source.batches())
+        taps = [self._seen] + ([self.host.feed] if self.host else [])
+        # Raw batches are published by CPU, so only from the CPU-wide source.
+        taps += [publisher.batch] if publisher and host_signals else []
+        lost = (lambda: int(source.stats().get("lost_samples", 0)))
+        self.live = LiveRun(self.feed, self.targets, trace=self.trace, taps=taps, lost_samples=lost)
+        self.clock_ns = clock_ns
+        self.lag_s = 0.0
+        self.samples = 0
+        self.ended = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name=f"phasewatchd-{name}", daemon=True)
+
+    def _trace(self, directory: str) -> TraceWriter:
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        path = os.path.join(directory, f"phasewatchd-{platform.node()}-{self.name}-{stamp}.arrow")
+        # The intervals the daemon used, so that a replay splits alike.
+        meta = dict(self.meta, recorded_by="phasewatchd", interval=asdict(self.params.interval))
+        return TraceWriter(path, meta, self.signals)
+
+    def start(self) -> "Worker":
+        self.feed.start()
+        self.thread.start()
+        return self
+
+    def _seen(self, batch) -> None:
+        self.samples += len(batch)
+        newest = int(batch["t_ns"][-1])
+        self.lag_s = max((time.monotonic_ns() - self.clock_ns(newest)) / 1e9, 0.0)
+
+    def _run(self) -> None:
+        try:
+            self.live.run()
+        except BaseException as exc:   # reported by the main thread
+            self.error = exc
+        finally:
+            self.ended.set()
+
+    def tick(self) -> None:
+        if self.host is not None:
+            self.host.tick()
+        if self.ended.is_set() and not source_is_live(self.source):
+            return      # an ended replay's final state stays: nothing will change it
+        gone = self.targets.forget_ended()
+        if gone and self.host is not None:
+            self.host.forget([int(n[3:]) for n in gone if n.startswith("cpu")])
+
+    def request_stop(self) -> None:
+        self.live.stop()
+        if hasattr(self.source, "stop"):
+            self.source.stop()
+
+    def stop(self, timeout: float) -> None:
+        """Stop, wait for the loop (within ``timeout``), close the source and trace."""
+        self.request_stop()
+        self.thread.join(timeout)
+        if self.feed.join(timeout=0.05):
+            self.source.close()     # never under a reader still inside it
+        if self.trace is not None:
+            self.trace.close()
+
+    @property
+    def dropped(self) -> int:
+        return self.live.dropped_samples
+
+
+def detector_for(worker: Worker, config: daemon_config.Config) -> str:
+    """The detector the config asks for, as the worker's signals allow."""
+    if source_is_live(worker.source):
+        return choose_detector(config.detector, worker.signals, warn)
+    return config.detector
+
+
+def source_is_live(source) -> bool:
+    return not isinstance(source, PacedReplay)
+
+
+def open_replay(config) -> tuple[PacedReplay, dict, tuple]:
+    reader = open_trace(config.trace, warn=log)
+    meta = reader.metadata
+    return PacedReplay(reader, config.replay_speed), meta, tuple(reader.signals)
+
+
+def open_live_sources(config) -> list[tuple[str, object, dict, tuple, str | None, int | None]]:
+    """The live sources the config asks for, as (name, source, metadata,
+    signals, target, pid): one system-wide over the CPUs, and one per watched process.
+    All live sources are opened here and nowhere else in the daemon."""
+    from ..live.sources import open_live
+    return open_live(config, warn=log)
+
+
+class Daemon:
+    def __init__(self, config: daemon_config.Config, config_path: str | None, args=None):
+        self.config = config
+        self.config_path = config_path
+        self.args = args
+        self.notifier = Notifier()
+        self.counts = DaemonCounts()
+        self.publisher = None
+        self.server = None
+        self.workers: list[Worker] = []
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+        self._last_tick = 0.0
+        self._last_scan = time.monotonic()
+
+    # --- start -------------------------------------------------------------
+
+    def start(self) -> None:
+        c = self.config
+        if c.record:
+            check_record_dir(c.record)
+        if c.zmq:
+            self.publisher = Publisher(c.zmq, hwm=c.zmq_hwm, samples=c.zmq_samples, curve=c.curve)
+        try:
+            self._open_workers()
+            if c.metrics:
+                self._serve_metrics()
+        except BaseException:
+            self.close()
+            raise
+        for w in self.workers:
+            w.start()
+        log(f"watching {', '.join(w.name for w in self.workers)}"
+            + (f"; metrics on http://{c.metrics}/metrics" if c.metrics else "")
+            + (f"; events on {c.zmq}" if c.zmq else ""))
+
+    def _open_workers(self) -> None:
+        c = self.config
+        if c.source == "replay":
+            source, meta, signals = open_replay(c)
+            self.workers.append(Worker("replay", source, meta, signals, c,
+                                       publisher=self.publisher, clock_ns=source.clock_ns))
+            return
+        for name, source, meta, signals, target, pid in open_live_sources(c):
+            self.workers.append(Worker(name, source, meta, signals, c, target=target,
+                                       host_signals=target is None, publisher=self.publisher,
+                                       pid=pid))
+
+    def _serve_metrics(self) -> None:
+        self.counts.samples = lambda: sum(w.samples for w in self.workers)
+        self.counts.dropped = lambda: sum(w.dropped for w in self.workers)
+        self.counts.zmq_dropped = lambda: self.publisher.dropped if self.publisher else 0
+        self.counts.lag_s = lambda: max((w.lag_s for w in self.workers), default=0.0)
+        collector = PhasewatchCollector(
+            targets=lambda: [w.targets for w in self.workers],
+            host=lambda: [w.host for w in self.workers if w.host is not None],
+            counts=self.counts)
+        host, port = self.config.metrics_address
+        try:
+            self.server = serve(registry_for(collector), host, port, self.config.tls)
+        except OSError as exc:
+            raise UserError(f"--metrics {self.config.metrics}: cannot listen: {exc.strerror}") from None
+
+    # --- run ---------------------------------------------------------------
+
+    def run(self) -> int:
+        self._handle_signals()
+        self.start()
+        self.notifier.ready(f"watching {len(self.workers)} source(s)")
+        ping = self.notifier.watchdog_s / 2 if self.notifier.watchdog_s else None
+        next_ping = time.monotonic()
+        reported_end = set()
+        try:
+            while not self._stop.is_set():
+                self._stop.wait(min(ping, 1.0) if ping else 1.0)
+                self._upkeep(reported_end)
+                if ping and time.monotonic() >= next_ping:
+                    self.notifier.watchdog()
+                    next_ping = time.monotonic() + ping
+                if self._reload.is_set():
+                    self._reload.clear()
+                    self.reload()
+        finally:
+            self.notifier.stopping()
+            self.close()
+        failed = [w for w in self.workers if w.error is not None]
+        if failed:
+            raise failed[0].error
+        return 0
+
+    def _upkeep(self, reported_end: set) -> None:
+        now = time.monotonic()
+        if now - self._last_tick >= 1.0:
+            self._last_tick = now
+            for w in self.workers:
+                w.tick()
+            self._drop_finished()
+        if now - self._last_scan >= self.config.rescan_seconds:
+            self._last_scan = now
+            self._rescan()
+        if self.publisher:
+            self.publisher.poll()
+        for w in self.workers:
+            if w.ended.is_set() and w.name not in reported_end:
+                reported_end.add(w.name)
+                if w.error is not None:
+                    self._stop.set()        # run() raises it
+                else:
+                    log(f"{w.name}: the source ended after {w.samples:,} samples; "
+                        f"still serving the last state")
+
+    def _rescan(self) -> None:
+        """Watch processes of the configured commands and cgroups that started since."""
+        c = self.config
+        if c.source == "replay" or not (c.commands or c.cgroups):
+            return
+        from ..live.sources import open_process, process_targets
+        watched = {w.pid for w in self.workers if w.pid is not None and not w.ended.is_set()}
+        try:
+            found = [(t, pid) for t, pid in process_targets(replace(c, pids=()))
+                     if pid not in watched]
+        except UserError as exc:
+            log(f"looking for targets: {exc}")
+            return
+        for target, pid in found:
+            try:
+                name, source, meta, signals, target, pid = open_process(c, target, pid)
+            except UserError as exc:
+                log(f"{target}: {exc}")
+                continue
+            worker = Worker(name, source, meta, signals, c, target=target, host_signals=False,
+                            publisher=self.publisher, pid=pid)
+            self.workers.append(worker.start())
+            log(f"watching {target}")
+
+    def _drop_finished(self) -> None:
+        """Workers of processes that ended, once their targets have left the metrics."""
+        done = [w for w in self.workers if w.ended.is_set() and w.pid is not None
+                and w.error is None and not w.targets.by_name]
+        for w in done:
+            w.stop(timeout=0.1)
+            self.workers.remove(w)
+
+    def _handle_signals(self) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
+        signal.signal(signal.SIGINT, lambda *_: self._stop.set())
+        signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
+
+    def reload(self) -> None:
+        """Read the config again; keep the old one if the new one is wrong."""
+        if not self.config_path:
+            log("SIGHUP: no config file to reload (start with --config FILE)")
+            return
+        self.notifier.reloading()
+        try:
+            new = daemon_config.with_flags(daemon_config.load(self.config_path), self.args)
+            check_exposure(new)
+            for w in self.workers:
+                detectors.check_signals(detector_for(w, new), w.signals)
+        except UserError as exc:
+            log(f"reload refused, keeping the running config: {exc}")
+            self.notifier.ready()
+            return
+        self.apply(new)
+        self.notifier.ready()
+
+    def apply(self, new: daemon_config.Config) -> None:
+        """Detector settings, caps and the sample stream change at once; the
+        source, targets and listening addresses at the next start."""
+        old, self.config = self.config, new
+        restart = [k for k in ("source", "trace", "cpus", "pids",
+                               "metrics", "zmq", "record", "msr_path", "rate_hz",
+                               "interval_instructions", "interval_ms")
+                   if getattr(old, k) != getattr(new, k)]
+        for w in self.workers:
+            w.targets.grace_s = new.grace_seconds
+            detector = detector_for(w, new)
+            if detector_params(new, detector) != w.params.detector:
+                w.params = Params(w.params.interval, w.params.histograms,
+                                  detector_params(new, detector))
+                w.targets.set_params(w.params)
+        if self.publisher:
+            self.publisher.samples = new.zmq_samples
+        log("config reloaded" + (f"; {', '.join(restart)} take effect at the next start"
+                                 if restart else ""))
+
+    def close(self) -> None:
+        deadline = time.monotonic() + STOP_WITHIN_S * 0.75
+        for w in self.workers:
+            w.request_stop()        # all at once: each loop ends within its poll
+        for w in self.workers:
+            w.stop(timeout=max(deadline - time.monotonic(), 0.05))
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+        if self.publisher is not None:
+            self.publisher.close()
+            self.publisher = None
+
+
+def check_record_dir(path: str) -> None:
+    if not os.path.isdir(path):
+        raise UserError(f"--record {path}: no such directory (create it first)")
+    if not os.access(path, os.W_OK):
+        raise UserError(f"--record {path}: not writable")

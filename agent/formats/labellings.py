@@ -1,0 +1,121 @@
+"""Phase labellings from files, whichever of three forms they take:
+
+* phasewatch results, JSON Lines (one object per interval with ``phase``, and
+  ``instructions`` and ``cycles`` from which the interval's CPI follows);
+* a labels file: a JSON list, one label per interval;
+* SimPoint labels (``simpoint -saveLabels``): one line per interval, the
+  cluster and then, optionally, the distance to its centre.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import UserError
+
+
+@dataclass
+class Labelling:
+    path: str
+    kind: str                       # "results", "labels" or "simpoint"
+    labels: np.ndarray              # integer phase ids, one per interval
+    cpi: np.ndarray | None = None   # per interval, NaN where unknown
+    distance: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def n_phases(self) -> int:
+        return len(np.unique(self.labels))
+
+
+def read_labelling(path: str) -> Labelling:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not text: give JSON Lines results, a JSON list of labels "
+                        f"or a SimPoint labels file") from None
+    head = text.lstrip()[:1]
+    if not head:
+        raise UserError(f"{path}: empty file: no labels")
+    if head == "{":
+        return _results(path, text)
+    if head == "[":
+        return _labels(path, text)
+    return _simpoint(path, text)
+
+
+def _results(path: str, text: str) -> Labelling:
+    phases, instr, cycles, dist = [], [], [], []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            phases.append(int(row["phase"]))
+        except ValueError as exc:
+            raise UserError(f"{path}:{lineno}: not a JSON object ({exc})") from None
+        except (KeyError, TypeError):
+            raise UserError(f"{path}:{lineno}: no integer 'phase': give phasewatch "
+                            f"results (replay --output)") from None
+        instr.append(float(row.get("instructions") or 0))
+        cycles.append(float(row.get("cycles") or 0))
+        d = row.get("distance")
+        dist.append(np.nan if d is None else float(d))
+    instr, cycles = np.array(instr), np.array(cycles)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cpi = np.where((instr > 0) & (cycles > 0), cycles / instr, np.nan)
+    return Labelling(path, "results", np.array(phases, np.int64),
+                     None if np.isnan(cpi).all() else cpi, np.array(dist))
+
+
+def _labels(path: str, text: str) -> Labelling:
+    try:
+        labels = json.loads(text)
+    except ValueError as exc:
+        raise UserError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(labels, list) or not labels:
+        raise UserError(f"{path}: labels must be a non-empty JSON list, one per interval")
+    if any(isinstance(x, (list, dict)) for x in labels):
+        raise UserError(f"{path}: each label must be a number or a string")
+    _, ids = np.unique([str(x) for x in labels], return_inverse=True)
+    return Labelling(path, "labels", ids.astype(np.int64))
+
+
+def _simpoint(path: str, text: str) -> Labelling:
+    labels, dist = [], []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        cells = line.split()
+        if not cells:
+            continue
+        try:
+            labels.append(int(cells[0]))
+            dist.append(float(cells[1]) if len(cells) > 1 else np.nan)
+        except ValueError:
+            raise UserError(f"{path}:{lineno}: expected 'cluster [distance]' (SimPoint labels), "
+                            f"found {line.strip()[:40]!r}") from None
+    return Labelling(path, "simpoint", np.array(labels, np.int64), None, np.array(dist))
+
+
+def read_labels(path: str) -> list:
+    try:
+        with open(path, "rb") as f:
+            labels = json.loads(f.read())
+    except OSError as exc:
+        raise UserError(f"cannot read labels {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not JSON text (not UTF-8)") from None
+    except RecursionError:
+        raise UserError(f"{path}: not a JSON list of labels (nested too deeply)") from None
+    except ValueError as exc:
+        raise UserError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(labels, list):
+        raise UserError(f"{path}: labels must be a JSON list, one label per interval")
+    return labels

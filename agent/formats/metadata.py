@@ -1,0 +1,170 @@
+"""What a trace says about where and how its samples were taken, and the one
+schema that every trace's metadata is checked against when it is read.
+
+The schema (msgspec) types every field and bounds every number; keys it does
+not know, as a newer version may write, are kept and ignored.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import sys
+import time
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct, field
+
+from .. import __version__
+from ..core.cpumodels import MAX_PLAUSIBLE_MHZ, UNKNOWN
+from ..core.params import (DEFAULT_INTERVAL_INSTRUCTIONS, HistogramParams, IntervalParams,
+                           histograms_dict, interval_dict)
+from ..errors import UserError
+
+FORMAT = "phasewatch-trace"
+FORMAT_VERSION = 1
+
+#: Bounds of the numbers in the metadata (and of the matching options).
+MAX_BASE_MHZ = MAX_PLAUSIBLE_MHZ
+MAX_INTERVAL_INSTRUCTIONS = 10**15
+MIN_INTERVAL_NS, MAX_INTERVAL_NS = 10_000, 86_400 * 10**9   # 10 µs .. a day
+MAX_BINS = 4096
+U64_MAX = 2**64 - 1
+
+Finite = Annotated[float, Meta(ge=-sys.float_info.max, le=sys.float_info.max)]
+Address = Annotated[int, Meta(ge=0)]       # and at most U64_MAX: _inconsistency
+Pair = Meta(min_length=2, max_length=2)
+
+
+class _Schema(Struct, forbid_unknown_fields=False):
+    """Unknown keys are kept (a newer writer's); known ones must have the right type."""
+
+
+class CpuSchema(_Schema):
+    vendor: str = ""
+    family: Annotated[int, Meta(ge=0)] | None = None
+    model: Annotated[int, Meta(ge=0)] | None = None
+    model_name: str = ""
+    model_key: str = UNKNOWN.key
+
+
+class IntervalSchema(_Schema):
+    kind: Literal["instructions", "time", "samples"] = "instructions"
+    instructions: Annotated[int, Meta(ge=1, le=MAX_INTERVAL_INSTRUCTIONS)] = \
+        DEFAULT_INTERVAL_INSTRUCTIONS
+    ns: Annotated[int, Meta(ge=MIN_INTERVAL_NS, le=MAX_INTERVAL_NS)] = IntervalParams.ns
+    samples: Annotated[int, Meta(ge=1, le=10**9)] = IntervalParams.samples
+
+
+class HistogramSchema(_Schema):
+    voltage_mv: Annotated[list[Finite], Pair] = None
+    voltage_bins: Annotated[int, Meta(ge=2, le=MAX_BINS)] = 32
+    pfreq_mhz: Annotated[list[Finite], Pair] = None
+    pfreq_bins: Annotated[int, Meta(ge=2, le=MAX_BINS)] = 64
+    ip_bins: Annotated[int, Meta(ge=2, le=MAX_BINS)] = 32
+    ip_fold_groups: Annotated[int, Meta(ge=1, le=8)] = 2
+    ip_signature: Literal["regions", "fold"] = "regions"
+    code_bins: Annotated[int, Meta(ge=2, le=MAX_BINS)] = HistogramParams.code_bins
+    code_region_bits: Annotated[int, Meta(ge=4, le=40)] = HistogramParams.code_region_bits
+    text_range: Annotated[list[Address], Pair] | None = None
+
+
+class MappingSchema(_Schema):
+    """One executable mapping of the watched process."""
+
+    start: Address
+    end: Address
+    offset: Address
+    path: str
+    t_ns: int | None = None
+
+
+class TraceSchema(_Schema):
+    format: Literal["phasewatch-trace"] = FORMAT
+    format_version: Annotated[int, Meta(ge=1)] = FORMAT_VERSION
+    tool_version: str = ""
+    host: str = ""
+    kernel: str = ""
+    created_unix_ns: int | None = None
+    cpu: CpuSchema = field(default_factory=CpuSchema)
+    base_freq_mhz: Annotated[float, Meta(gt=0.0, le=MAX_BASE_MHZ)] | None = None
+    signals: dict[str, str] = field(default_factory=dict)
+    interval: IntervalSchema = field(default_factory=IntervalSchema)
+    histograms: HistogramSchema = field(default_factory=HistogramSchema)
+    text_range: Annotated[list[Address], Pair] | None = None
+    counter_scope: Literal["cpu", "thread"] = "cpu"
+    mappings: list[MappingSchema] | None = None
+    command: list[str] | None = None
+    pinned_cpu: Annotated[int, Meta(ge=0)] | None = None
+    sampling: dict[str, Any] | None = None
+    source_file: str | None = None
+
+
+def validate(meta: Any, columns, where: str) -> dict[str, Any]:
+    """``meta`` checked against :class:`TraceSchema`, and its ``signals``
+    against the trace's ``columns``; a :class:`UserError` naming the first
+    wrong field otherwise."""
+    try:
+        checked = msgspec.convert(meta, TraceSchema, strict=True)
+    except msgspec.ValidationError as exc:
+        field_path, message = _where(str(exc))
+        name = f"field {field_path!r}" if field_path else "metadata"
+        raise UserError(f"{where}: trace {name}: {message}") from None
+    problem = _inconsistency(checked)
+    if problem:
+        raise UserError(f"{where}: trace field {problem[0]!r}: {problem[1]}")
+    absent = [name for name in meta.get("signals", {}) if name not in set(columns)]
+    if absent:
+        raise UserError(f"{where}: trace field 'signals' names {', '.join(absent)}, "
+                        f"which the trace has no column for")
+    return meta
+
+
+def _where(error: str) -> tuple[str, str]:
+    """(field as ``a.0.b``, message) of msgspec's ``message - at `$.a[0].b```."""
+    message, _, path = error.rpartition(" - at `")
+    if not message:
+        return "", error
+    return re.sub(r"\[(\d+)\]", r".\1", path.rstrip("`")).lstrip("$."), message
+
+
+def _inconsistency(t: TraceSchema) -> tuple[str, str] | None:
+    """(field, problem) of the first rule that types and bounds cannot say."""
+    h = t.histograms
+    addresses = [("text_range", t.text_range), ("histograms.text_range", h.text_range)]
+    addresses += [(f"mappings.{i}", [m.start, m.end, m.offset]) for i, m in enumerate(t.mappings or ())]
+    for name, values in addresses:
+        if values is not None and max(values) > U64_MAX:
+            return name, f"{max(values)} is beyond a 64-bit address"
+    for name, pair in (("text_range", t.text_range), ("histograms.voltage_mv", h.voltage_mv),
+                       ("histograms.pfreq_mhz", h.pfreq_mhz),
+                       ("histograms.text_range", h.text_range)):
+        if pair is not None and not pair[0] < pair[1]:
+            return name, f"the start ({pair[0]}) must be below the end ({pair[1]})"
+    if h.ip_bins & (h.ip_bins - 1):
+        return "histograms.ip_bins", f"{h.ip_bins} is not a power of two"
+    return None
+
+
+def new(*, cpu: dict[str, Any] | None = None, base_freq_mhz: float | None = None,
+        signals: dict[str, str] | None = None, interval: IntervalParams | None = None,
+        histograms: HistogramParams | None = None, **extra) -> dict[str, Any]:
+    """Metadata for a new trace.  ``signals`` maps each sampled column to the
+    source it came from (``"msr"``, ``"perf"``, ``"kmod"``, ``"csv"`` …)."""
+    meta = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "tool_version": __version__,
+        "host": platform.node(),
+        "kernel": platform.release(),
+        "created_unix_ns": time.time_ns(),
+        "cpu": cpu or {"vendor": "", "family": None, "model": None,
+                       "model_name": "", "model_key": UNKNOWN.key},
+        "base_freq_mhz": base_freq_mhz,
+        "signals": signals or {},
+        "interval": interval_dict(interval or IntervalParams()),
+        "histograms": histograms_dict(histograms or HistogramParams()),
+    }
+    meta.update(extra)
+    return meta

@@ -1,0 +1,255 @@
+"""Opening output files so that no input, and no earlier result, is ever lost.
+
+* A regular file is written under a temporary name in its own directory
+  (``.NAME.XXXXXX.partial``) and renamed into place only when complete, so a
+  failed or interrupted command leaves the old file as it was.  A process
+  killed outright leaves the ``.partial`` file, which is as readable as
+  anything it had written.
+* An output that is the same file as an input (the same path, a symlink, a
+  hard link), or as another output, is refused before anything is opened.
+* A FIFO waits at most :data:`FIFO_TIMEOUT_S` for a reader; a character
+  device (``/dev/null``, a terminal) is written directly.
+* A write that fails (a full disk, an I/O error) does not end the command: the
+  error is kept, later writes are dropped, the partial file is removed at the
+  end, and :attr:`Output.failure` says what happened, so that the command can
+  still print its summary before it exits with status 2.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import stat
+import tempfile
+import time
+from typing import Iterable
+
+from ..errors import UserError
+
+#: How long opening a FIFO waits for a reader.
+FIFO_TIMEOUT_S = 10.0
+BUFFER_BYTES = 1 << 20
+
+
+def check_outputs(outputs: Iterable[str | None], inputs: Iterable[str | None] = ()) -> None:
+    """Refuse outputs that would overwrite an input or each other, or that
+    cannot be files.  Opens nothing for writing."""
+    inputs = [p for p in inputs if p]
+    seen: list[str] = []
+    for path in (p for p in outputs if p):
+        for other in inputs:
+            if _same_file(path, other):
+                raise UserError(f"{path}: is the input {other}; writing it would destroy it: "
+                                f"give another output name")
+        for other in seen:
+            if _same_file(path, other):
+                raise UserError(f"{path}: named as two outputs ({other}); give each its own file")
+        _check_kind(path)
+        seen.append(path)
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _check_kind(path: str) -> None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        parent = os.path.dirname(os.path.realpath(path)) or "."
+        if not os.path.isdir(parent):
+            raise UserError(f"cannot write {path}: no directory {parent}; create it first") from None
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise UserError(f"cannot write {path}: permission denied in {parent}") from None
+        return
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UserError(f"cannot write {path}: is a directory; give a file name")
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode)):
+        raise UserError(f"cannot write {path}: not a regular file, FIFO or character device")
+
+
+class Output:
+    """One output file.  :attr:`stream` is a file object whose failed writes
+    are kept in :attr:`error` instead of raised.  Finish with :meth:`close`
+    (commit) or :meth:`discard`."""
+
+    def __init__(self, path: str, binary: bool = False, fifo_timeout: float | None = None):
+        self.path = path
+        self.error: OSError | None = None
+        self._final: str | None = None        # where the temporary file goes when done
+        self._temp: str | None = None
+        fd = self._open(path, FIFO_TIMEOUT_S if fifo_timeout is None else fifo_timeout)
+        raw = io.open(fd, "wb", buffering=BUFFER_BYTES)
+        inner = raw if binary else io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape")
+        self.stream = _Guarded(inner, self)
+
+    def _open(self, path: str, fifo_timeout: float) -> int:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            raise UserError(f"cannot write {path}: {exc.strerror}") from None
+        if st is not None and stat.S_ISFIFO(st.st_mode):
+            return _open_fifo(path, fifo_timeout)
+        if st is not None and stat.S_ISCHR(st.st_mode):
+            return _os_open(path, os.O_WRONLY)
+        self._final = os.path.realpath(path)
+        directory, name = os.path.split(self._final)
+        try:
+            fd, self._temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=directory)
+        except OSError as exc:
+            raise UserError(f"cannot write {path}: {exc.strerror}") from None
+        mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
+        os.fchmod(fd, mode)
+        return fd
+
+    @property
+    def failure(self) -> str | None:
+        """One line saying why the output is incomplete, or None."""
+        if self.error is None:
+            return None
+        what = os.strerror(self.error.errno) if self.error.errno else str(self.error)
+        gone = " (the partial file was removed" + (
+            f"; {self.path} is as it was before)" if self._final else ")")
+        return f"cannot write {self.path}: {what}{gone if self._final else ''}"
+
+    def note(self, exc: OSError) -> None:
+        if self.error is None:
+            self.error = exc
+
+    def close(self) -> None:
+        """Flush and, for a regular file, rename it into place; if a write
+        failed, remove the partial file instead (see :attr:`failure`)."""
+        self.stream.close()
+        if self._temp is None:
+            return
+        if self.error is not None:
+            self.discard()
+            return
+        try:
+            os.replace(self._temp, self._final)
+        except OSError as exc:
+            self.note(exc)
+            self.discard()
+            return
+        self._temp = None
+
+    def discard(self) -> None:
+        """Drop the output: a regular file's temporary file is removed and
+        whatever was at the path stays."""
+        self.stream.close()
+        if self._temp is not None:
+            try:
+                os.unlink(self._temp)
+            except FileNotFoundError:
+                pass
+            self._temp = None
+
+    def __enter__(self) -> "Output":
+        return self
+
+    def __exit__(self, exc_type, *rest) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.discard()
+
+
+def open_output(path: str, inputs: Iterable[str | None] = (), binary: bool = False) -> Output:
+    """Check ``path`` against ``inputs`` (see :func:`check_outputs`) and open it."""
+    check_outputs([path], inputs)
+    return Output(path, binary=binary)
+
+
+class _Guarded(io.RawIOBase):
+    """A file object over ``inner`` whose failing writes are noted on
+    ``owner`` and then dropped, along with every later one."""
+
+    def __init__(self, inner, owner: Output):
+        self._inner, self._owner = inner, owner
+        self._position = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        n = len(data)
+        if self._owner.error is None:
+            try:
+                self._inner.write(data)
+            except OSError as exc:
+                self._owner.note(exc)
+        self._position += n
+        return n
+
+    def tell(self) -> int:
+        return self._position
+
+    def flush(self) -> None:
+        if self._owner.error is None and not self._inner.closed:
+            try:
+                self._inner.flush()
+            except OSError as exc:
+                self._owner.note(exc)
+
+    def close(self) -> None:
+        if self._inner.closed:
+            return
+        self.flush()
+        try:
+            if self._owner.error is None and self._owner._temp is not None:
+                os.fsync(self._inner.fileno())
+        except OSError as exc:
+            self._owner.note(exc)
+        try:
+            self._inner.close()
+        except OSError as exc:          # the buffered rest could not be written
+            self._owner.note(exc)
+            try:
+                self._inner.close()
+            except OSError:
+                pass
+        super().close()
+
+    @property
+    def closed(self) -> bool:
+        return self._inner.closed
+
+
+def _os_open(path: str, flags: int) -> int:
+    try:
+        return os.open(path, flags | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _open_fifo(path: str, timeout: float) -> int:
+    """Open a FIFO for writing without blocking forever: opening one with no
+    reader fails with ENXIO when non-blocking, so retry until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise UserError(f"cannot write {path}: {exc.strerror}") from None
+            if time.monotonic() >= deadline:
+                raise UserError(f"cannot write {path}: a FIFO that no process read within "
+                                f"{timeout:g} s; start its reader first") from None
+            time.sleep(0.05)
+            continue
+        os.set_blocking(fd, True)
+        return fd
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,32 @@
+"""Open a recorded trace, whichever format it is in, told apart by content."""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import UserError
+from .sidetable import with_side_table
+from .trace import TraceReader, is_arrow
+
+
+def open_trace(path: str, base_mhz: float | None = None, warn=None):
+    """A source over ``path``: the project's trace format or plain CSV."""
+    if not os.path.exists(path):
+        raise UserError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise UserError(f"{path}: is a directory, not a trace")
+    try:
+        if os.path.getsize(path) == 0:
+            raise UserError(f"{path}: empty file")
+        if is_arrow(path):
+            source = TraceReader(path, warn=warn)
+        else:
+            from .csvtrace import CsvReader, looks_like_csv  # pyarrow.csv: imported for CSV only
+            source = CsvReader(path, base_mhz=base_mhz) if looks_like_csv(path) else None
+        if source is not None:
+            source.metadata = with_side_table(source.metadata, path, warn or (lambda msg: None))
+            return source
+    except PermissionError:
+        raise UserError(f"{path}: permission denied") from None
+    raise UserError(f"{path}: not a trace: neither the phasewatch trace format "
+                    f"nor a CSV with a header row")

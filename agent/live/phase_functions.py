@@ -1,0 +1,76 @@
+"""Which functions each phase runs: the IP samples of its intervals, symbolised.
+
+The pipeline puts samples into intervals in the order they are fed: interval
+k holds the next ``samples[k]`` rows after those of interval k-1.  So the IPs
+of rows not yet in a complete interval wait here (at most one interval's worth
+and a batch), and go to the phase of their interval once it is classified.
+
+Per phase, IPs are kept raw only up to ``fold_at``; then they are resolved to
+function names and added to per-name counts.  Memory is bounded by that cap
+and the number of distinct functions, not by the length of the run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from ..core.pipeline import Intervals
+from .symbols import Symbolizer
+
+FOLD_AT = 65536
+
+
+class PhaseFunctions:
+    """Per-phase sample counts by function, fed alongside the pipeline."""
+
+    def __init__(self, symbolizer: Symbolizer, fold_at: int = FOLD_AT):
+        self.symbolizer = symbolizer
+        self.fold_at = fold_at
+        self._unassigned: list[np.ndarray] = []
+        self._raw: dict[int, list[np.ndarray]] = {}
+        self._raw_n: dict[int, int] = {}
+        self._names: dict[int, Counter] = {}
+
+    def add(self, ips: np.ndarray, intervals: Intervals) -> None:
+        """The IPs of the batch just fed to the pipeline, and the intervals it completed."""
+        self._unassigned.append(ips)
+        if len(intervals) == 0 or intervals.partial:
+            return
+        rows = np.concatenate(self._unassigned)
+        ends = np.cumsum(intervals.samples)
+        assigned = rows[:ends[-1]]
+        self._unassigned = [rows[ends[-1]:]]
+        row_phase = np.repeat(intervals.phase, intervals.samples)
+        for phase in np.unique(intervals.phase).tolist():
+            self._keep(phase, assigned[row_phase == phase])
+
+    def top(self, phase: int, k: int = 3) -> list[tuple[str, float]]:
+        """The ``k`` functions with most of the phase's samples, with their shares."""
+        self._fold(phase)
+        counts = self._names.get(phase)
+        if not counts:
+            return []
+        total = sum(counts.values())
+        ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:k]
+        return [(name, n / total) for name, n in ranked]
+
+    def _keep(self, phase: int, ips: np.ndarray) -> None:
+        if len(ips) == 0:
+            return
+        self._raw.setdefault(phase, []).append(ips)
+        self._raw_n[phase] = self._raw_n.get(phase, 0) + len(ips)
+        if self._raw_n[phase] >= self.fold_at:
+            self._fold(phase)
+
+    def _fold(self, phase: int) -> None:
+        raw = self._raw.pop(phase, None)
+        self._raw_n[phase] = 0
+        if not raw:
+            return
+        self.symbolizer.snapshot()
+        names, counts = np.unique(self.symbolizer.names(np.concatenate(raw), offsets=False),
+                                  return_counts=True)
+        self._names.setdefault(phase, Counter()).update(dict(zip(names.tolist(),
+                                                                 counts.tolist())))

@@ -1,0 +1,61 @@
+"""A report's folder: ``index.html`` and ``phases.png`` of a run's phases,
+each complete or not at all, with the table of its phases beside them."""
+
+from __future__ import annotations
+
+import os
+
+from ..core.pipeline import Intervals
+from ..errors import UserError
+from ..formats.outputs import open_output
+from ..formats.results import PhaseSummary
+from ..live.phase_functions import PhaseFunctions
+from .figure import PhaseFigure
+
+TOP_FUNCTIONS = 3
+
+
+def phase_rows(intervals: Intervals, functions: PhaseFunctions | None) -> list[dict]:
+    summary = PhaseSummary()
+    summary.write(intervals)
+    rows = summary.table()
+    for row in rows:
+        row["top_functions"] = functions.top(row["phase"], TOP_FUNCTIONS) if functions else []
+    return rows
+
+
+def write_report(out_dir: str, figure: PhaseFigure, title: str, notes: list[str],
+                 rows: list[dict], inputs=()) -> list[str]:
+    """Writes index.html and phases.png into ``out_dir``, each complete or not at all."""
+    from .page import page
+    from .png import write_png
+    check_report_dir(out_dir)
+    if figure.aggregated:
+        notes = notes + [f"aggregated for drawing: each column is {figure.per_column} "
+                         f"consecutive intervals (mean histograms, mean distance and threshold, "
+                         f"the phase of most of them); {figure.columns:,} columns in all"]
+    html_path = os.path.join(out_dir, "index.html")
+    png_path = os.path.join(out_dir, "phases.png")
+    text = page(figure, title, notes, rows)
+    with open_output(html_path, inputs=inputs) as out:
+        out.stream.write(text)
+    fail(out)
+    with open_output(png_path, inputs=inputs, binary=True) as out:
+        write_png(figure, title, out.stream)
+    fail(out)
+    return [html_path, png_path]
+
+
+def fail(output) -> None:
+    if output.failure:
+        raise UserError(output.failure)
+
+
+def check_report_dir(out_dir: str) -> None:
+    """Make the report's folder, or say in one line why it cannot be written."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot make the report folder {out_dir}: {exc.strerror}") from None
+    if not os.access(out_dir, os.W_OK):
+        raise UserError(f"cannot write in the report folder {out_dir}: permission denied")

@@ -1,0 +1,131 @@
+"""The report page: the phase figure drawn with Plotly, and the phase table.
+
+The page is one self-contained HTML file (Plotly's script inlined), so it
+opens from disk with no network.  Heatmaps, distance, threshold and the phase
+bands share one x axis, so zooming one zooms all; hovering tells the interval,
+its time and its value.
+"""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .figure import PhaseFigure, phase_colours
+
+ROW_HEIGHT = {"heatmap": 0.26, "distance": 0.16, "band": 0.05}
+
+
+def build_figure(fig: PhaseFigure) -> go.Figure:
+    rows = [("heatmap", h) for h in fig.heatmaps] + [("distance", None), ("band", "phase")]
+    if fig.truth is not None:
+        rows.append(("band", "truth"))
+    heights = np.array([ROW_HEIGHT[kind] for kind, _ in rows])
+    plot = make_subplots(rows=len(rows), cols=1, shared_xaxes=True, vertical_spacing=0.025,
+                         row_heights=list(heights / heights.sum()),
+                         subplot_titles=[_row_title(kind, item) for kind, item in rows])
+    x = fig.first_interval
+    for r, (kind, item) in enumerate(rows, start=1):
+        if kind == "heatmap":
+            _add_heatmap(plot, r, x, item, fig)
+        elif kind == "distance":
+            _add_distance(plot, r, x, fig)
+        elif item == "phase":
+            _add_band(plot, r, x, fig.phase, [f"phase {p}" for p in range(fig.phase.max() + 1)],
+                      "phase-band")
+        else:
+            _add_band(plot, r, x, fig.truth, fig.truth_names, "truth-band")
+    plot.update_xaxes(title_text="interval", row=len(rows), col=1)
+    plot.update_layout(height=260 + 190 * len(fig.heatmaps) + 200 + 60 * len(rows),
+                       showlegend=True, legend=dict(orientation="h", y=1.02, x=1, xanchor="right"),
+                       margin=dict(l=70, r=30, t=50, b=50), hovermode="closest")
+    return plot
+
+
+def _row_title(kind: str, item) -> str:
+    if kind == "heatmap":
+        return f"{item.title} histogram per interval"
+    if kind == "distance":
+        return "distance to the phase taken, and the threshold"
+    return "phase" if item == "phase" else "ground truth"
+
+
+def _add_heatmap(plot, row: int, x, heat, fig: PhaseFigure) -> None:
+    plot.add_trace(go.Heatmap(
+        x=x, y=heat.centres, z=heat.values.T, name=heat.title, colorscale="Viridis",
+        showscale=False, customdata=np.broadcast_to(fig.t_start_s, heat.values.T.shape),
+        hovertemplate=(f"interval %{{x}}<br>%{{customdata:.2f}} s<br>{heat.title} "
+                       f"%{{y:.4g}} {heat.unit}<br>share %{{z:.3f}}<extra></extra>")),
+        row=row, col=1)
+    plot.update_yaxes(title_text=heat.unit, row=row, col=1)
+
+
+def _add_distance(plot, row: int, x, fig: PhaseFigure) -> None:
+    plot.add_trace(go.Scatter(x=x, y=fig.distance, mode="lines", name="distance",
+                                line=dict(color="#444", width=1)), row=row, col=1)
+    plot.add_trace(go.Scatter(x=x, y=fig.threshold, mode="lines", name="threshold",
+                                line=dict(color="#d62728", width=2, dash="dash")),
+                   row=row, col=1)
+    plot.update_yaxes(title_text="distance", range=[0, 1.02], row=row, col=1)
+
+
+def _add_band(plot, row: int, x, codes: np.ndarray, names: list[str], uid: str) -> None:
+    n = max(len(names), 1)
+    colours = phase_colours(n)
+    scale = []
+    for i, colour in enumerate(colours):
+        scale += [[i / n, colour], [(i + 1) / n, colour]]
+    plot.add_trace(go.Heatmap(
+        x=x, y=[0], z=[codes], zmin=-0.5, zmax=n - 0.5, colorscale=scale, showscale=False,
+        uid=uid, name=uid, text=[[names[c] for c in codes]],
+        hovertemplate="interval %{x}<br>%{text}<extra></extra>"), row=row, col=1)
+    plot.update_yaxes(showticklabels=False, row=row, col=1)
+
+
+def table_html(rows: list[dict], colours: list[str]) -> str:
+    head = ("<tr><th>phase</th><th>intervals</th><th>time</th><th>CPI</th><th>CoV CPI</th>"
+            "<th>voltage mV</th><th>pfreq MHz</th><th>top functions</th></tr>")
+    body = []
+    for r in rows:
+        swatch = f'<span class="swatch" style="background:{colours[r["phase"] % len(colours)]}"></span>'
+        tops = ", ".join(f"{html.escape(name)} {100 * share:.0f}%"
+                         for name, share in r.get("top_functions", []) if share >= 0.005) or "-"
+        body.append(
+            f"<tr><td>{swatch}{r['phase']}</td><td>{r['intervals']}</td>"
+            f"<td>{100 * r['time_share']:.1f} %</td><td>{_num(r['cpi'], '.3f')}</td>"
+            f"<td>{_num(r['cpi_cov'], '.3f')}</td><td>{_num(r['voltage_mv'], '.1f')}</td>"
+            f"<td>{_num(r['pfreq_mhz'], '.0f')}</td><td class=\"functions\">{tops}</td></tr>")
+    return f'<table id="phase-table">{head}{"".join(body)}</table>'
+
+
+def _num(x, fmt: str) -> str:
+    return "-" if x is None or x != x else format(x, fmt)
+
+
+def page(fig: PhaseFigure, title: str, notes: list[str], rows: list[dict]) -> str:
+    plot = build_figure(fig)
+    div = plot.to_html(full_html=False, include_plotlyjs=True, div_id="phase-figure",
+                       config={"responsive": True, "displaylogo": False})
+    colours = phase_colours(len(rows))
+    items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 1.5em; color: #222; }}
+table {{ border-collapse: collapse; margin-top: 1em; }}
+th, td {{ border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }}
+td.functions {{ text-align: left; font-family: monospace; }}
+.swatch {{ display: inline-block; width: 0.9em; height: 0.9em; margin-right: 0.4em;
+           vertical-align: middle; }}
+</style></head>
+<body>
+<h1>{html.escape(title)}</h1>
+<ul id="notes">{items}</ul>
+{div}
+<h2>Phases</h2>
+{table_html(rows, colours)}
+</body></html>
+"""

@@ -1,0 +1,2 @@
+"""SimPoint's method and its basic-block vectors: the k-means clustering,
+the bbv detector and the replay of .bb files.  Imports ``formats`` and ``core``."""
