@@ -51,3 +51,41 @@ def test_subscribe_and_proxy_refuse_bad_endpoints():
                          "--bind bogus://x")):
         proc = subprocess.run([str(PHASEWATCH), *argv], capture_output=True, text=True, timeout=30)
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_proxy_stops_on_a_signal_while_it_forwards():
+    """SIGTERM (or SIGINT) that comes while the proxy is busy forwarding, not
+    waiting in its poll, still stops it at once, with status 0."""
+    import zmq
+    ctx = zmq.Context()
+    try:
+        for trial, signum in enumerate([signal.SIGTERM] * 5 + [signal.SIGINT]):
+            pub = ctx.socket(zmq.PUB)
+            port = pub.bind_to_random_port("tcp://127.0.0.1")
+            bind = f"tcp://127.0.0.1:{free_port()}"
+            proxy = subprocess.Popen([str(PHASEWATCH), "proxy", "--connect",
+                                      f"tcp://127.0.0.1:{port}", "--bind", bind],
+                                     stderr=subprocess.PIPE, text=True)
+            sub = ctx.socket(zmq.SUB)
+            sub.setsockopt(zmq.SUBSCRIBE, b"")
+            sub.setsockopt(zmq.RCVHWM, 10)          # the proxy stays busy queueing for it
+            sub.connect(bind)
+            time.sleep(1.5)                          # subscribed through the proxy
+            for burst in range(2):
+                end = time.monotonic() + 0.3
+                while time.monotonic() < end:
+                    pub.send(b"x" * 100)
+                if burst == 0:
+                    proxy.send_signal(signum)
+            try:
+                status = proxy.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proxy.kill()
+                proxy.wait()
+                status = "still running 5 s after the signal"
+            finally:
+                pub.close(0)
+                sub.close(0)
+            assert status == 0, f"trial {trial}: {status}; {proxy.stderr.read()}"
+    finally:
+        ctx.term()
