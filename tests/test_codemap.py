@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -88,6 +89,19 @@ def test_distinct_regions_stay_apart():
     assert len(set(out.tolist())) >= 57
 
 
+def mapped_libc(pid: int, within_s: float = 10.0) -> str:
+    """The line of ``pid``'s maps for libc's code, once its loader has mapped it
+    (a process just started may not have exec'd, or loaded libc, yet)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        with open(f"/proc/{pid}/maps") as f:
+            found = [line for line in f if "x" in line.split()[1] and "libc" in line]
+        if found or time.monotonic() > deadline:
+            assert found, f"process {pid} mapped no libc within {within_s} s"
+            return found[0]
+        time.sleep(0.01)
+
+
 def test_live_mappings_of_a_real_process_are_recorded_and_replayed(tmp_path):
     """ProcessMappings reads a real process's maps when IPs fall outside what it
     knows, writes them beside the trace, and replay's metadata gets them back."""
@@ -97,8 +111,7 @@ def test_live_mappings_of_a_real_process_are_recorded_and_replayed(tmp_path):
         pipeline = Pipeline.for_trace(meta, Params(detector=DetectorParams(detector="vpf-ip")))
         trace = tmp_path / "t.arrow"
         maps = ProcessMappings(proc.pid, pipeline, record=str(trace))
-        libc = next(line for line in open(f"/proc/{proc.pid}/maps")
-                    if "x" in line.split()[1] and "libc" in line)
+        libc = mapped_libc(proc.pid)
         ip = int(libc.split("-")[0], 16) + 0x40
         batch = SampleBatch({"t_ns": np.array([1000, 2000], np.int64),
                              "cpu": np.zeros(2, np.int32), "tid": np.full(2, proc.pid, np.int32),

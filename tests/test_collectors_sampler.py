@@ -75,7 +75,9 @@ def test_deltas_follow_counters_written_while_sampling(tmp_path):
         tsc = batch["tsc"][mine].astype(np.int64)
         aperf = batch["aperf"][mine].astype(np.int64)
         lag = t - tsc       # t_ns is taken just before the reads, the writer runs meanwhile
-        assert lag.min() > -1_000_000 and np.median(np.abs(lag)) < 2_000_000
+        # A tick preempted between its timestamp and its reads sees a newer
+        # value; on a busy 2-vCPU host that happens, but only now and then.
+        assert np.mean(lag < -1_000_000) < 0.02 and np.median(np.abs(lag)) < 2_000_000
         d_tsc = np.diff(tsc)
         assert abs(np.median(d_tsc) - 1_000_000) < 300_000
         ratio = (aperf[-1] - aperf[0]) / (tsc[-1] - tsc[0])
