@@ -73,10 +73,12 @@ def stretches(labels: list[str]) -> list[tuple[str, int, int]]:
 
 @pytest.fixture(scope="module")
 def watched(abab, tmp_path_factory):
-    """One recorded run of ``abab 2 --exit 3`` (2 s of A, of B, of A), 200 ms
-    intervals: 100-200 samples each, and ten or more to each stretch."""
+    """One recorded run of ``abab 2 --exit 3`` (2 s of A, of B, of A, each of
+    its own CPU time), intervals of 200 samples: 200 ms of that CPU time at
+    1 kHz, ten to each stretch.  Intervals of wall time would put the switch
+    anywhere in an interval whenever the program waits for the CPU."""
     d = tmp_path_factory.mktemp("run")
-    proc = phasewatch("run", "--detector", "vpf-ip", "--interval-ms", 200,
+    proc = phasewatch("run", "--detector", "vpf-ip", "--interval-samples", 200,
                       "--record", d / "t.arrow", "--output", d / "live.jsonl",
                       "--", abab, "2", "--exit", "3", "--print-addrs")
     return proc, d
