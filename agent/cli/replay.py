@@ -66,41 +66,24 @@ def trace_paths(given: list[str]) -> list[str]:
 def replay(args, trace: str, output: str | None, cpu: int | None = None) -> int:
     """Replay one trace (its samples of ``cpu`` only, if given), write its
     results to ``output`` and print its summary."""
-    from ..formats.results import JsonLinesSink, PhaseSummary
     from ..formats.tracefiles import open_trace
     check_outputs([output], inputs=[trace, args.labels])
     labels = read_labels(args.labels) if args.labels else None
     if bbvfile.looks_like_bb(trace):
         return replay_bb(args, trace, output, labels)
     source = open_trace(trace, base_mhz=args.base_mhz, warn=warn)
-    pipeline = pipeline_of(source, args, warn)
-    if hasattr(source, "read_only"):
-        source.read_only(pipeline.columns)
-    summary = PhaseSummary(keep_phases=labels is not None)
-    sinks = [summary]
-    out = open_output(output, inputs=[trace, args.labels], binary=True) if output else None
-    if out:
-        sinks.append(JsonLinesSink(out.stream))
     try:
+        pipeline = pipeline_of(source, args, warn)
+        if hasattr(source, "read_only"):
+            source.read_only(pipeline.columns)
         batches = source.batches()
         if cpu is not None:
             from ..replay.parallel import samples_of_cpu
             batches = samples_of_cpu(batches, cpu)
-        for batch in batches:
-            intervals = pipeline.feed(batch)
-            for sink in sinks:
-                sink.write(intervals)
-        summary.write(pipeline.finish())
-        for sink in sinks:
-            sink.close()
-    except BaseException:
-        if out:
-            out.discard()
-        raise
+        summary, out = write_results((pipeline.feed(batch) for batch in batches), output,
+                                     [trace, args.labels], labels is not None, pipeline.finish)
     finally:
         source.close()
-    if out:
-        out.close()
     report(args, trace if cpu is None else f"{trace} CPU {cpu}", summary, pipeline, labels)
     if out and out.failure:
         raise UserError(out.failure)
@@ -109,30 +92,41 @@ def replay(args, trace: str, output: str | None, cpu: int | None = None) -> int:
 
 def replay_bb(args, trace: str, output: str | None, labels) -> int:
     """A SimPoint .bb file, classified by the bbv detector."""
-    from ..formats.results import JsonLinesSink, PhaseSummary
     from ..simpoint import bbvreplay
     bbvreplay.check_detector(args.detector)
     params = replace(detector_params(args), detector="bbv")
-    summary = PhaseSummary(keep_phases=labels is not None)
-    sinks = [summary]
-    out = open_output(output, inputs=[trace, args.labels], binary=True) if output else None
-    if out:
-        sinks.append(JsonLinesSink(out.stream))
+    parts, detector = bbvreplay.classify_bb(trace, params)
+    summary, out = write_results(parts, output, [trace, args.labels], labels is not None)
+    report(args, trace, summary, bbvreplay.BbvReport(detector, params), labels)
+    if out and out.failure:
+        raise UserError(out.failure)
+    return 0
+
+
+def write_results(parts, output: str | None, inputs: list, keep_phases: bool, finish=None):
+    """Each block of intervals of ``parts`` into the phase summary and, with
+    ``output``, the JSON Lines results (complete, or discarded on an error);
+    ``finish()`` gives the trailing partial interval, for the summary alone.
+    Returns the summary and the output (None without one)."""
+    from ..formats.results import JsonLinesSink, PhaseSummary
+    summary = PhaseSummary(keep_phases=keep_phases)
+    out = open_output(output, inputs=inputs, binary=True) if output else None
+    sinks = [summary] + ([JsonLinesSink(out.stream)] if out else [])
     try:
-        parts, detector = bbvreplay.classify_bb(trace, params)
-        for iv in parts:
+        for intervals in parts:
             for sink in sinks:
-                sink.write(iv)
+                sink.write(intervals)
+        if finish is not None:
+            summary.write(finish())
+        for sink in sinks:
+            sink.close()
     except BaseException:
         if out:
             out.discard()
         raise
     if out:
         out.close()
-    report(args, trace, summary, bbvreplay.BbvReport(detector, params), labels)
-    if out and out.failure:
-        raise UserError(out.failure)
-    return 0
+    return summary, out
 
 
 def report(args, trace: str, summary: PhaseSummary, pipeline: Pipeline, labels) -> None:
