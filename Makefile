@@ -90,6 +90,12 @@ bench: install
 dashboards: install
 	$(PY) -m phasewatch.dashboards grafana/dashboards
 
+# pprof's message classes, generated from agent/formats/pprof_profile.proto and
+# committed (a pip install needs no protoc); tests/test_pprof.py fails when stale.
+.PHONY: pprof-proto
+pprof-proto:
+	protoc --proto_path=agent/formats --python_out=agent/formats pprof_profile.proto
+
 kmod:
 	$(MAKE) -C kmod
 

@@ -38,10 +38,15 @@ def add_arguments(parser) -> None:
                         metavar="MHZ",
                         help="base frequency for a CSV trace, up to 10000 (default: its TSC rate)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--pprof", metavar="FILE",
+                        help="also write the phases' samples to FILE as a pprof profile "
+                             "(labels phase, interval, thread, cpu)")
 
 
 def run(args) -> int:
     traces = trace_paths(args.trace)
+    if args.pprof and (len(traces) > 1 or args.per_cpu):
+        raise UserError("--pprof takes one trace, replayed whole: drop --per-cpu or give one trace")
     if len(traces) > 1 or args.per_cpu:
         from ..replay.parallel import replay_many
         return replay_many(args, traces, replay)
@@ -67,27 +72,53 @@ def replay(args, trace: str, output: str | None, cpu: int | None = None) -> int:
     """Replay one trace (its samples of ``cpu`` only, if given), write its
     results to ``output`` and print its summary."""
     from ..formats.tracefiles import open_trace
-    check_outputs([output], inputs=[trace, args.labels])
+    pprof = getattr(args, "pprof", None) if cpu is None else None
+    check_outputs([output, pprof], inputs=[trace, args.labels])
     labels = read_labels(args.labels) if args.labels else None
     if bbvfile.looks_like_bb(trace):
         return replay_bb(args, trace, output, labels)
     source = open_trace(trace, base_mhz=args.base_mhz, warn=warn)
     try:
         pipeline = pipeline_of(source, args, warn)
+        profile = phase_profile(source) if pprof else None
         if hasattr(source, "read_only"):
-            source.read_only(pipeline.columns)
+            source.read_only(pipeline.columns | set(profile.columns if profile else ()))
         batches = source.batches()
         if cpu is not None:
             from ..replay.parallel import samples_of_cpu
             batches = samples_of_cpu(batches, cpu)
-        summary, out = write_results((pipeline.feed(batch) for batch in batches), output,
-                                     [trace, args.labels], labels is not None, pipeline.finish)
+        parts = (profile.fed(batches, pipeline) if profile is not None
+                 else (pipeline.feed(batch) for batch in batches))
+        summary, out = write_results(parts, output, [trace, args.labels], labels is not None,
+                                     pipeline.finish)
     finally:
         source.close()
     report(args, trace if cpu is None else f"{trace} CPU {cpu}", summary, pipeline, labels)
+    if profile is not None:
+        write_pprof(pprof, profile, source.metadata, [trace, args.labels])
     if out and out.failure:
         raise UserError(out.failure)
     return 0
+
+
+def phase_profile(source):
+    from ..live.phase_profile import COLUMNS, PhaseProfile, period_ns_of
+    missing = [name for name in COLUMNS if name not in source.signals]
+    if missing:
+        raise UserError(f"--pprof needs the trace's {', '.join(missing)} column: "
+                        f"record it with 'phasewatch run --record'")
+    return PhaseProfile(period_ns_of(source.metadata.get("sampling")))
+
+
+def write_pprof(path: str, profile, meta: dict, inputs: list) -> None:
+    from ..formats.pprof import write_profile
+    from ..live.symbols import Symbolizer
+    offset = (meta.get("sampling") or {}).get("realtime_offset_ns")
+    builder = profile.build(Symbolizer.from_metadata(meta), realtime_offset_ns=offset,
+                            comments=[" ".join(meta.get("command") or [])])
+    failure = write_profile(path, builder, inputs=inputs)
+    if failure:
+        raise UserError(failure)
 
 
 def replay_bb(args, trace: str, output: str | None, labels) -> int:

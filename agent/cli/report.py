@@ -24,7 +24,7 @@ from ..formats.labellings import read_labels
 from ..formats.results import adjusted_rand_index
 from ..formats.tracefiles import open_trace
 from ..live.phase_functions import PhaseFunctions
-from ..live.symbols import Mapping, Symbolizer
+from ..live.symbols import Symbolizer
 from ..report.figure import FigureRecorder, PhaseFigure, with_truth
 from ..report.folder import phase_rows, write_report
 from .arguments import add_detector_arguments
@@ -53,7 +53,7 @@ def run(args) -> int:
         pipeline = pipeline_of(source, args, warn)
         recorder = FigureRecorder(pipeline.params, pipeline.layout.bounds, pipeline.used)
         pipeline.observe_profiles(recorder)
-        functions = PhaseFunctions(symbolizer_of(meta)) if meta.get("mappings") else None
+        functions = PhaseFunctions(Symbolizer.from_metadata(meta)) if meta.get("mappings") else None
         for batch in source.batches():
             intervals = pipeline.feed(batch)
             if functions is not None and "ip" in batch:
@@ -161,24 +161,6 @@ def check_labels(path: str, labels: list, n: int) -> list:
     if len(labels) != n:
         raise UserError(f"{path}: {len(labels)} labels, but the run has {n} complete intervals")
     return labels
-
-
-def symbolizer_of(meta: dict) -> Symbolizer:
-    """Resolves IPs through the executable mappings the trace recorded, if any."""
-    symbolizer = Symbolizer()
-    maps = meta.get("mappings")
-    if isinstance(maps, list):
-        symbolizer.add_mappings(_mapping(m) for m in maps if isinstance(m, dict))
-    return symbolizer
-
-
-def _mapping(m: dict) -> Mapping:
-    path = str(m.get("path", ""))
-    try:
-        inode = os.stat(path).st_ino if path.startswith("/") else 0
-    except OSError:
-        inode = 0
-    return Mapping(int(m["start"]), int(m["end"]), int(m.get("offset", 0)), path, inode)
 
 
 def describe(trace: str, pipeline: Pipeline, figure: PhaseFigure, results_path) -> list[str]:

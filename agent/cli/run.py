@@ -93,6 +93,9 @@ def add_arguments(parser) -> None:
                         help="also write the raw samples to TRACE, for 'phasewatch replay'")
     parser.add_argument("--json", action="store_true",
                         help="print the summary as JSON instead of the phase table")
+    parser.add_argument("--pprof", metavar="FILE",
+                        help="also write the phases' samples to FILE as a pprof profile "
+                             "(labels phase, interval, thread, cpu)")
     parser.add_argument("--report", metavar="DIR",
                         help="also draw the phases into DIR (as 'phasewatch report' does)")
     parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
@@ -132,7 +135,7 @@ def check_arguments(args, argv: list[str]) -> None:
     msr.device_path(args.msr_path, 0)
     interval_params(args, IntervalParams(), ("instructions",), warn=lambda msg: None)
     args.program = resolve_command(argv[0])
-    check_outputs([args.record, args.output], inputs=[args.program])
+    check_outputs([args.record, args.output, args.pprof], inputs=[args.program])
     if args.report:
         from ..report.folder import check_report_dir
         check_report_dir(args.report)
@@ -159,6 +162,7 @@ def watch(args, child: Child, source: Source) -> int:
             from ..live.status import StatusLine
             from ..live.symbols import Symbolizer
             sinks.append(PhaseSummary())
+            profile = phase_profile(args, source)
             symbolizer = Symbolizer.from_pid(child.pid)
             meta = run_metadata(child, source, signals, interval, program_text_range(symbolizer))
             pipeline = pipeline_for(meta, args, detector)
@@ -166,12 +170,14 @@ def watch(args, child: Child, source: Source) -> int:
             figure = observe_figure(pipeline) if args.report else None
             functions = PhaseFunctions(symbolizer)
             sinks += [JsonLinesSink(out.stream)] if out else []
+            sinks += [profile] if profile else []
             trace = (TraceWriter(args.record, meta, signals, inputs=[args.program])
                      if args.record else None)
             status = StatusLine(os.path.basename(child.argv[0]))
             live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
                            status=status, lost_samples=lambda: source.stats()["lost_samples"],
-                           every_second=symbolizer.snapshot, taps=[maps.before_feed])
+                           every_second=symbolizer.snapshot,
+                           taps=[maps.before_feed] + ([profile.tap] if profile else []))
             with status:
                 live.run()
             exit_status = child.wait()
@@ -198,12 +204,31 @@ def watch(args, child: Child, source: Source) -> int:
         "trace": args.record if trace and not trace.failure else None,
     }
     report(args, run_info, sinks[0], pipeline, functions)
+    if profile is not None:
+        write_pprof(args, profile, symbolizer, meta)
     if figure is not None:
         draw(args.report, figure, functions, run_info)
     failures = [o.failure for o in (out, trace) if o and o.failure]
     if failures:
         raise UserError("; ".join(failures))
     return exit_status
+
+
+def phase_profile(args, source: Source):
+    if not args.pprof:
+        return None
+    from ..live.phase_profile import PhaseProfile, period_ns_of
+    return PhaseProfile(period_ns_of(source.metadata))
+
+
+def write_pprof(args, profile, symbolizer: Symbolizer, meta: dict) -> None:
+    from ..formats.pprof import write_profile
+    symbolizer.snapshot()
+    builder = profile.build(symbolizer, realtime_offset_ns=meta["sampling"]["realtime_offset_ns"],
+                            comments=[" ".join(args.argv)])
+    failure = write_profile(args.pprof, builder, inputs=[args.program])
+    if failure:
+        raise UserError(failure)
 
 
 def observe_figure(pipeline: Pipeline):
@@ -278,6 +303,7 @@ def program_text_range(symbolizer: Symbolizer) -> tuple[int, int] | None:
 
 def run_metadata(child: Child, source: Source, signals, interval: IntervalParams,
                  text: tuple[int, int] | None) -> dict:
+    from ..live.phase_profile import realtime_offset_ns
     info = read_cpuinfo()
     model = info.cpu_model()
     base_hz, _ = base_frequency_hz()
@@ -289,7 +315,8 @@ def run_metadata(child: Child, source: Source, signals, interval: IntervalParams
         interval=interval,
         histograms=HistogramParams.for_model(model, text_range=text),
         text_range=list(text) if text else None,
-        command=child.argv, pinned_cpu=child.cpu, sampling=source.metadata,
+        command=child.argv, pinned_cpu=child.cpu,
+        sampling={**source.metadata, "realtime_offset_ns": realtime_offset_ns()},
         counter_scope=source.metadata["counter_scope"],
         voltage_source=voltage_source(model, source.metadata["signals"]),
         mappings=[])

@@ -105,6 +105,7 @@ class ElfSymbols:
     segments: tuple[Segment, ...]
     text: tuple[int, int] | None  # .text (lo, hi) file vaddrs
     source: str = ""  # which table the names came from
+    build_id: str = ""  # hex, from the NT_GNU_BUILD_ID note; "" without one
 
     def lookup(self, vaddrs: np.ndarray) -> np.ndarray:
         """For each file vaddr, the index of the function containing it, or -1."""
@@ -162,6 +163,7 @@ def _load_symbols_cached(path: str, inode: int, mtime_ns: int) -> ElfSymbols | N
             elf = ELFFile(stream)
             segments = tuple(_load_segments(elf))
             text = _section_range(elf, ".text")
+            build_id = _build_id(elf) or ""
             rows, source = _function_rows_of(elf, ".symtab"), ".symtab"
             if not rows:
                 rows, source = _debug_file_rows(elf), "debug file .symtab"
@@ -170,7 +172,7 @@ def _load_symbols_cached(path: str, inode: int, mtime_ns: int) -> ElfSymbols | N
     except (OSError, ELFError, ValueError):
         return None
     starts, ends, names = _sorted_functions(rows)
-    return ElfSymbols(path, starts, ends, names, segments, text, source)
+    return ElfSymbols(path, starts, ends, names, segments, text, source, build_id)
 
 
 def _load_segments(elf: ELFFile) -> Iterable[Segment]:
@@ -278,9 +280,23 @@ class Symbolizer:
         symbolizer.snapshot()
         return symbolizer
 
+    @classmethod
+    def from_metadata(cls, meta: dict) -> "Symbolizer":
+        """Resolves IPs through the executable mappings a trace recorded, if any."""
+        symbolizer = cls()
+        maps = meta.get("mappings")
+        if isinstance(maps, list):
+            symbolizer.add_mappings(_recorded_mapping(m) for m in maps if isinstance(m, dict))
+        return symbolizer
+
     @property
     def mappings(self) -> list[Mapping]:
         return list(self._mappings)
+
+    @property
+    def executable(self) -> tuple[str, int] | None:
+        """Path and inode of the main executable, where its maps were read."""
+        return self._exe
 
     def snapshot(self) -> bool:
         """Re-read the process's maps and merge them into what is known
@@ -333,6 +349,22 @@ class Symbolizer:
         order = np.lexsort((names, -totals))[:k]  # ties in name order, for stable output
         return [(str(names[i]), float(totals[i] / ips.size)) for i in order]
 
+    def mapping_indices(self, ips) -> np.ndarray:
+        """For each IP, the index in :attr:`mappings` of the mapping it is in, or -1."""
+        ips = np.asarray(ips, dtype=np.uint64)
+        if not self._mappings:
+            return np.full(ips.shape, -1, np.intp)
+        starts = np.array([m.start for m in self._mappings], dtype=np.uint64)
+        ends = np.array([m.end for m in self._mappings], dtype=np.uint64)
+        which = np.searchsorted(starts, ips, side="right") - 1
+        inside = (which >= 0) & (ips < ends[np.maximum(which, 0)])
+        return np.where(inside, which, -1)
+
+    def build_id(self, mapping: Mapping) -> str:
+        """The GNU build id of the file ``mapping`` maps, or ""."""
+        symbols = self._symbols_for(mapping) if mapping.is_file else None
+        return symbols.build_id if symbols is not None else ""
+
     def text_range(self) -> tuple[int, int]:
         """(lo, hi) run-time addresses of the main executable's ``.text``."""
         if self._exe is None:
@@ -382,6 +414,15 @@ class Symbolizer:
             mapped = f"/proc/{self.pid}/map_files/{mapping.start:x}-{mapping.end:x}"
             symbols = load_symbols(mapped, mapping.inode)
         return symbols
+
+
+def _recorded_mapping(m: dict) -> Mapping:
+    path = str(m.get("path", ""))
+    try:
+        inode = os.stat(path).st_ino if path.startswith("/") else 0
+    except OSError:
+        inode = 0
+    return Mapping(int(m["start"]), int(m["end"]), int(m.get("offset", 0)), path, inode)
 
 
 def _object_labels(label: str, vaddrs: np.ndarray, offsets: bool) -> np.ndarray:

@@ -1,0 +1,162 @@
+"""Each phase's IP samples as a pprof profile, labelled by phase, interval,
+thread and CPU.
+
+:meth:`PhaseProfile.tap` takes every batch before the pipeline sees it, and
+:meth:`PhaseProfile.write` the intervals that batch completed (as a sink
+does).  Interval k holds the next ``samples[k]`` rows after those of interval
+k-1 (as in :mod:`.phase_functions`), so rows wait until their interval is
+classified; then they are counted per (interval, phase, IP, thread, CPU).
+Rows of the trailing partial interval belong to no phase and are left out,
+as in the phase table.
+
+:meth:`PhaseProfile.build` symbolizes the IPs the way the phase table does
+(:class:`~.symbols.Symbolizer`) and gives a
+:class:`~phasewatch.formats.pprof.ProfileBuilder`: sample types ``samples``
+(count) and ``cpu`` (nanoseconds: samples times the sampling period), plus
+``energy`` (microjoules) where each interval's energy is known, shared among
+its samples.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Mapping as MappingType
+
+import numpy as np
+
+from ..core.batch import KERNEL_START, SampleBatch
+from ..core.pipeline import Intervals
+from ..formats.pprof import ProfileBuilder, ProfileMapping
+from .symbols import KERNEL, Symbolizer
+
+ROW = np.dtype([("interval", np.int64), ("phase", np.int64), ("ip", np.uint64),
+                ("tid", np.int64), ("cpu", np.int64)])
+#: Columns a trace must give for a profile.
+COLUMNS = ("ip", "tid", "cpu")
+
+
+class PhaseProfile:
+    """Per-interval IP sample counts, fed alongside the pipeline."""
+
+    columns = COLUMNS
+
+    def __init__(self, period_ns: int):
+        self.period_ns = int(period_ns)
+        self._pending: list[np.ndarray] = []   # (ip, tid, cpu) rows not yet in an interval
+        self._counted: list[tuple[np.ndarray, np.ndarray]] = []  # unique ROW rows, counts
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+
+    def tap(self, batch: SampleBatch) -> None:
+        rows = np.empty(len(batch), ROW)
+        for name in COLUMNS:
+            rows[name] = batch[name]
+        self._pending.append(rows)
+
+    def write(self, intervals: Intervals) -> None:
+        if len(intervals) == 0 or intervals.partial:
+            return
+        rows = np.concatenate(self._pending)
+        end = int(np.sum(intervals.samples))
+        assigned, self._pending = rows[:end], [rows[end:]]
+        assigned["interval"] = np.repeat(intervals.index, intervals.samples)
+        assigned["phase"] = np.repeat(intervals.phase, intervals.samples)
+        unique, counts = np.unique(assigned, return_counts=True)
+        self._counted.append((unique, counts))
+        if self.first_ns is None:
+            self.first_ns = int(intervals.t_start_ns[0])
+        self.last_ns = int(intervals.t_end_ns[-1])
+
+    def close(self) -> None:
+        pass
+
+    def fed(self, batches, pipeline):
+        """The intervals ``pipeline`` gives for each batch, with this profile fed alongside."""
+        for batch in batches:
+            self.tap(batch)
+            intervals = pipeline.feed(batch)
+            self.write(intervals)
+            yield intervals
+
+    def rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every counted (interval, phase, ip, tid, cpu) row and its sample count."""
+        if not self._counted:
+            return np.empty(0, ROW), np.empty(0, np.int64)
+        return (np.concatenate([u for u, _ in self._counted]),
+                np.concatenate([c for _, c in self._counted]))
+
+    def build(self, symbolizer: Symbolizer, *, realtime_offset_ns: int | None = None,
+              energy_uj: MappingType[int, float] | None = None,
+              comments=()) -> ProfileBuilder:
+        """The profile; ``realtime_offset_ns`` turns the sample clock into
+        CLOCK_REALTIME for the profile's start time, ``energy_uj`` gives
+        intervals' energy (by interval index)."""
+        rows, counts = self.rows()
+        types = [("samples", "count"), ("cpu", "nanoseconds")]
+        if energy_uj is not None:
+            types.append(("energy", "microjoules"))
+        start = self.first_ns if self.first_ns is not None else 0
+        builder = ProfileBuilder(
+            types, period_type=("cpu", "nanoseconds"), period=self.period_ns,
+            time_nanos=start + realtime_offset_ns if realtime_offset_ns is not None else 0,
+            duration_nanos=(self.last_ns or start) - start, comments=comments)
+        location_of = _locations(builder, symbolizer, np.unique(rows["ip"]))
+        shares = _energy_shares(rows["interval"], counts, energy_uj) if energy_uj else None
+        for i, (row, n) in enumerate(zip(rows.tolist(), counts.tolist())):
+            interval, phase, ip, tid, cpu = row
+            values = [n, n * self.period_ns]
+            if energy_uj is not None:
+                values.append(int(round(shares[i])) if shares is not None else 0)
+            builder.add([location_of[ip]], values, {
+                "phase": str(phase), "interval": str(interval),
+                "thread": str(tid), "cpu": str(cpu)})
+        return builder
+
+
+def _energy_shares(intervals: np.ndarray, counts: np.ndarray,
+                   energy_uj: MappingType[int, float]) -> np.ndarray:
+    """Each row's part of its interval's energy, by its share of the samples."""
+    keys, inverse = np.unique(intervals, return_inverse=True)
+    totals = np.bincount(inverse, weights=counts)[inverse]
+    energy = np.array([energy_uj.get(int(k), 0.0) for k in keys.tolist()])[inverse]
+    return energy * counts / totals
+
+
+def _locations(builder: ProfileBuilder, symbolizer: Symbolizer, ips: np.ndarray) -> dict[int, int]:
+    """Location id by IP: one location per address, its mapping and function."""
+    names = symbolizer.names(ips, offsets=False)
+    which = symbolizer.mapping_indices(ips)
+    mappings = symbolizer.mappings
+    exe = symbolizer.executable
+    # mapping[0] is the main binary for pprof: give its ids out first.
+    order = sorted(set(which[which >= 0].tolist()),
+                   key=lambda i: (exe is None or (mappings[i].path, mappings[i].inode) != exe, i))
+    mapping_ids = {i: builder.mapping(_profile_mapping(symbolizer, mappings[i])) for i in order}
+    location_of = {}
+    for ip, name, index in zip(ips.tolist(), names.tolist(), which.tolist()):
+        if index >= 0:
+            m = mappings[index]
+            location_of[ip] = builder.location(ip, name, mapping_ids[index],
+                                               m.path if m.is_file else "")
+        else:
+            location_of[ip] = builder.location(ip, KERNEL if ip >= KERNEL_START else name)
+    return location_of
+
+
+def _profile_mapping(symbolizer: Symbolizer, m) -> ProfileMapping:
+    return ProfileMapping(m.start, m.end, m.offset, m.path if m.is_file else m.path or "[anon]",
+                          symbolizer.build_id(m))
+
+
+def period_ns_of(sampling: dict | None) -> int:
+    """Nanoseconds of CPU time one sample stands for, from the recorded
+    sampling rate (1 ms where none was recorded)."""
+    rate = (sampling or {}).get("sample_rate_hz")
+    if isinstance(rate, (int, float)) and rate > 0:
+        return int(round(1e9 / rate))
+    return 1_000_000
+
+
+def realtime_offset_ns() -> int:
+    """CLOCK_REALTIME minus CLOCK_MONOTONIC (the clock of the samples) now."""
+    return time.time_ns() - time.monotonic_ns()
