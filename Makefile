@@ -13,7 +13,9 @@ BUILD     := build
 
 AOT       := agent/core/_kernels_aot.json
 
-install: $(STAMP_PIP) $(AOT)
+SPEEDSCOPE := $(VENV)/node_modules/speedscope/dist/release/index.html
+
+install: $(STAMP_PIP) $(AOT) $(SPEEDSCOPE)
 
 $(STAMP_APT): $(APT_LIST)
 	apt-get update -q -o DPkg::Lock::Timeout=900
@@ -27,6 +29,14 @@ $(STAMP_PIP): $(STAMP_APT) setup.cfg pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,dashboards]'
 	$(PY) -c "import perf, numba, numpy, zmq, prometheus_client, psutil, pyarrow"
+	touch $@
+
+# speedscope, the profile viewer the tests open a phase's pprof profile in
+# (npm, into the venv; headless Chromium shows it).
+$(SPEEDSCOPE): $(STAMP_APT)
+	command -v npm >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+		--no-install-recommends -o DPkg::Lock::Timeout=900 npm
+	npm install -q --prefix $(VENV) --no-audit --no-fund --no-save speedscope@1.25.0
 	touch $@
 
 # The pipeline's kernels compiled ahead of time (agent/core/kernels.py), so that a
@@ -89,6 +99,16 @@ bench: install
 .PHONY: dashboards
 dashboards: install
 	$(PY) -m phasewatch.dashboards grafana/dashboards
+
+# The README's picture: phase 0 (region A) of the A/B/A program, cut out of the
+# run's pprof profile by Go's pprof and opened in speedscope.
+docs/phase-in-speedscope.png: install
+	mkdir -p $(BUILD)
+	$(MAKE) -s -C tests/workloads OUT=$(CURDIR)/$(BUILD)
+	$(VENV)/bin/phasewatch run --detector vpf-ip --interval-samples 200 \
+		--pprof $(BUILD)/abab.pb.gz -- $(BUILD)/abab 1.5
+	go tool pprof -tagfocus='phase=^0$$' -proto $(BUILD)/abab.pb.gz > $(BUILD)/abab-phase0.pb.gz
+	$(PY) tools/speedscope_shot.py $(BUILD)/abab-phase0.pb.gz $@
 
 # pprof's message classes, generated from agent/formats/pprof_profile.proto and
 # committed (a pip install needs no protoc); tests/test_pprof.py fails when stale.

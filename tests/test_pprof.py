@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,9 @@ from test_run import TIMEOUT, interval_regions, phasewatch, region_addresses, re
 
 from phasewatch.formats.pprof import read_profile
 
-FORMATS = Path(__file__).resolve().parents[1] / "agent" / "formats"
+REPO = Path(__file__).resolve().parents[1]
+FORMATS = REPO / "agent" / "formats"
+SPEEDSCOPE_SHOT = REPO / "tools" / "speedscope_shot.py"
 
 
 def go_pprof(*args) -> str:
@@ -114,6 +117,23 @@ def test_replay_writes_the_same_profile_from_the_recording(profiled, tmp_path):
     live = read_profile(str(d / "abab.pb.gz"))
     replayed = read_profile(str(tmp_path / "replay.pb.gz"))
     assert sum(s.value[0] for s in replayed.sample) == sum(s.value[0] for s in live.sample)
+
+
+@pytest.mark.slow
+def test_one_phase_cut_out_by_go_pprof_opens_in_speedscope_in_headless_chromium(profiled, tmp_path):
+    d, phases = profiled
+    for region, phase in phases.items():
+        cut = tmp_path / f"phase{phase}.pb.gz"
+        cut.write_bytes(subprocess.run(
+            ["go", "tool", "pprof", f"-tagfocus=phase=^{phase}$", "-proto", d / "abab.pb.gz"],
+            capture_output=True, check=True, timeout=TIMEOUT).stdout)
+        shot = tmp_path / f"phase{phase}.png"
+        proc = subprocess.run([sys.executable, SPEEDSCOPE_SHOT, cut, shot],
+                              capture_output=True, text=True, timeout=TIMEOUT)
+        assert proc.returncode == 0, proc.stderr
+        functions = proc.stdout.split()
+        assert functions[0] == f"region_{region}", functions
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_pprof_naming_the_trace_it_replays_is_refused_in_one_line(tmp_path):
