@@ -21,6 +21,7 @@ COMMANDS = {
     "probe": "tell which signals this host offers, and why not",
     "report": "draw the phases of a run: an HTML page and a PNG",
     "eval": "compare two phase labellings (results, labels, SimPoint labels)",
+    "diff": "pair the phases of two recordings of a program and tell what changed",
     "export": "write phases in another tool's format (SimPoint)",
     "subscribe": "print phasewatchd's ZeroMQ events as they come",
     "proxy": "join many phasewatchd publishers into one ZeroMQ endpoint",

@@ -1,0 +1,62 @@
+"""``phasewatch diff A B``: what changed between two recordings of the same program."""
+
+from __future__ import annotations
+
+import json
+
+from ..console import warn
+from ..formats.results import finite
+from .arguments import add_detector_arguments, number
+
+
+#: Width of the table when stdout is a file or pipe (a terminal's own width otherwise).
+PIPE_WIDTH = 160
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("a", metavar="A", help="a trace of the program (the baseline)")
+    parser.add_argument("b", metavar="B", help="a trace of the same program to compare with A")
+    add_detector_arguments(parser, output=False)
+    parser.add_argument("--tolerance", type=number(float, 0.0, 10.0), default=0.10, metavar="X",
+                        help="a pair whose seconds differ by more than this share is slower "
+                             "or faster (default %(default)s)")
+    parser.add_argument("--min-share", type=number(float, 0.0, 1.0), default=0.05, metavar="X",
+                        help="phases under this share of both runs are listed but not counted "
+                             "as changes (default %(default)s)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the comparison as JSON (an object with a 'pairs' list)")
+
+
+def run(args) -> int:
+    from ..report.diff import diff_runs, run_phases
+    a, b = run_phases(args.a, args, warn), run_phases(args.b, args, warn)
+    result = diff_runs(a, b, threshold=args.threshold, tolerance=args.tolerance,
+                       min_share=args.min_share)
+    if args.json:
+        print(json.dumps(finite(result), indent=2))
+    else:
+        print_table(result)
+    return 0
+
+
+def print_table(result: dict) -> None:
+    from rich.table import Table
+
+    from ..report.diff import diff_rows
+    from ..report.tables import console
+    out = console()
+    if not out.is_terminal:
+        out.width = max(out.width, PIPE_WIDTH)
+    out.print(f"A {result['a']}: {result['seconds_a']:.2f} s; "
+              f"B {result['b']}: {result['seconds_b']:.2f} s of CPU time; cells are A → B")
+    rows = diff_rows(result)
+    table = Table(title="phases paired by profile distance")
+    for name in (rows[0] if rows else {"A": "", "B": ""}):
+        table.add_column(name, overflow="fold")
+    for row in rows:
+        table.add_row(*row.values())
+    out.print(table)
+    changed = [p for p in result["pairs"] if p["changed"]]
+    out.print(f"changed (*): {len(changed)} of {len(result['pairs'])} "
+              f"(seconds off by more than {100 * result['tolerance']:.0f} %, "
+              f"in phases of at least {100 * result['min_share']:.0f} % of a run)")

@@ -1,0 +1,280 @@
+"""What changed between two recordings of the same program: their phases
+paired by profile distance, and per pair time, CPI, voltage, productive
+frequency, energy and the functions whose share moved most.
+
+Each trace is replayed with the same detection options (:func:`run_phases`);
+each phase's profile is the mean of its intervals' profiles.  Two phases'
+distance is the classifier's, taken between those means: per used profile
+segment the total-variation distance of code signatures or the cumulative
+distance of value histograms, the largest of them.  Phases are paired so
+that the sum of distances is least (the assignment problem, SciPy's solver);
+a pair further apart than the detection threshold is no pair, and its
+phases are "gone" (only in A) or "new" (only in B).
+
+Seconds are the program's CPU time: a phase's samples times the sampling
+period.  A pair is "slower" or "faster" when its seconds differ by more than
+``tolerance``; a change in a phase under ``min_share`` of both runs is
+listed but not counted as a change of the program.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..core.histograms import (TOTAL_VARIATION, cumulative_distance_reference,
+                               total_variation_distance_reference)
+from ..core.intervals import SEGMENT_KINDS
+from ..core.settings import choose_detector, pipeline_of
+from ..formats.tracefiles import open_trace
+from ..live.phase_functions import PhaseFunctions
+from ..live.phase_profile import period_ns_of
+from ..live.symbols import Symbolizer
+
+#: A pair whose seconds differ by more than this share has changed.
+TOLERANCE = 0.10
+#: Phases under this share of both runs' time do not count as changes.
+MIN_SHARE = 0.05
+#: Functions listed per pair, those whose share moved most.
+TOP_FUNCTIONS = 5
+ALL_FUNCTIONS = 1 << 30
+
+
+@dataclass
+class PhaseStats:
+    """One phase of one run: its mean profile and what the summary reports."""
+
+    phase: int
+    intervals: int = 0
+    samples: int = 0
+    instructions: int = 0
+    cycles: int = 0
+    voltage_weighted: float = 0.0
+    voltage_samples: int = 0
+    pfreq_weighted: float = 0.0
+    pfreq_samples: int = 0
+    energy_j: float | None = None
+    profile_sum: np.ndarray | None = None
+    segment_members: np.ndarray | None = None
+    functions: dict[str, float] = field(default_factory=dict)
+
+    def mean_profile(self, bounds: np.ndarray) -> np.ndarray:
+        """Per segment, the mean over the intervals that had samples in it."""
+        members = np.repeat(self.segment_members, np.diff(bounds))
+        return self.profile_sum / np.maximum(members, 1)
+
+
+@dataclass
+class RunPhases:
+    path: str
+    period_ns: int
+    bounds: np.ndarray
+    used: np.ndarray
+    threshold: float
+    phases: dict[int, PhaseStats]
+
+    @property
+    def total_samples(self) -> int:
+        return sum(p.samples for p in self.phases.values())
+
+    def seconds(self, phase: int) -> float:
+        return self.phases[phase].samples * self.period_ns / 1e9
+
+    def share(self, phase: int) -> float:
+        return self.phases[phase].samples / max(self.total_samples, 1)
+
+
+class _Collector:
+    """A pipeline profile observer adding each interval into its phase."""
+
+    def __init__(self):
+        self.phases: dict[int, PhaseStats] = {}
+
+    def __call__(self, block, intervals) -> None:
+        for row in range(len(intervals)):
+            stats = self.phases.setdefault(int(intervals.phase[row]),
+                                           PhaseStats(int(intervals.phase[row])))
+            self._add(stats, block.profiles[row], block.segment_samples[row], intervals, row)
+
+    def _add(self, stats: PhaseStats, profile, segment_samples, iv, row) -> None:
+        has = (segment_samples > 0).astype(np.int64)
+        if stats.profile_sum is None:
+            stats.profile_sum = np.zeros(len(profile))
+            stats.segment_members = np.zeros(len(has), np.int64)
+        stats.profile_sum += profile
+        stats.segment_members += has
+        stats.intervals += 1
+        n = int(iv.samples[row])
+        stats.samples += n
+        if iv.instructions[row] > 0:
+            stats.instructions += int(iv.instructions[row])
+            stats.cycles += int(iv.cycles[row])
+        if np.isfinite(iv.voltage_mv[row]):
+            stats.voltage_weighted += float(iv.voltage_mv[row]) * n
+            stats.voltage_samples += n
+        if np.isfinite(iv.pfreq_mhz[row]):
+            stats.pfreq_weighted += float(iv.pfreq_mhz[row]) * n
+            stats.pfreq_samples += n
+
+
+def run_phases(trace: str, args: argparse.Namespace, warn) -> RunPhases:
+    """Replay ``trace`` with the detection options in ``args``."""
+    source = open_trace(trace, warn=warn)
+    try:
+        detector = choose_detector(args.detector, tuple(source.signals), warn)
+        pipeline = pipeline_of(source, argparse.Namespace(**{**vars(args), "detector": detector}),
+                               warn)
+        collector = _Collector()
+        pipeline.observe_profiles(collector)
+        has_ips = "ip" in source.signals
+        functions = PhaseFunctions(Symbolizer.from_metadata(source.metadata)) if has_ips else None
+        if hasattr(source, "read_only"):
+            source.read_only(pipeline.columns | ({"ip"} if has_ips else set()))
+        for batch in source.batches():
+            intervals = pipeline.feed(batch)
+            if functions is not None:
+                functions.add(batch["ip"], intervals)
+        meta = source.metadata
+    finally:
+        source.close()
+    for stats in collector.phases.values():
+        if functions is not None:
+            stats.functions = dict(functions.top(stats.phase, ALL_FUNCTIONS))
+    return RunPhases(trace, period_ns_of(meta.get("sampling")), pipeline.layout.bounds,
+                     pipeline.used, pipeline.threshold, collector.phases)
+
+
+def phase_distance(a: PhaseStats, b: PhaseStats, bounds: np.ndarray, used: np.ndarray) -> float:
+    """The largest segment distance between two phases' mean profiles; 1 if
+    they share no used segment."""
+    pa, pb = a.mean_profile(bounds), b.mean_profile(bounds)
+    distances = []
+    for s, kind in enumerate(SEGMENT_KINDS):
+        if used[s] and a.segment_members[s] > 0 and b.segment_members[s] > 0:
+            lo, hi = bounds[s], bounds[s + 1]
+            measure = (total_variation_distance_reference if kind == TOTAL_VARIATION
+                       else cumulative_distance_reference)
+            distances.append(measure(pa[lo:hi], pb[lo:hi]))
+    return max(distances) if distances else 1.0
+
+
+def pair_phases(a: RunPhases, b: RunPhases, threshold: float) -> list[tuple[int | None, int | None, float]]:
+    """(phase of A or None, phase of B or None, distance) for every phase of both runs."""
+    from scipy.optimize import linear_sum_assignment
+    ids_a, ids_b = sorted(a.phases), sorted(b.phases)
+    cost = np.array([[phase_distance(a.phases[i], b.phases[j], a.bounds, a.used)
+                      for j in ids_b] for i in ids_a]).reshape(len(ids_a), len(ids_b))
+    rows, cols = linear_sum_assignment(cost) if cost.size else ([], [])
+    pairs = [(ids_a[r], ids_b[c], float(cost[r, c])) for r, c in zip(rows, cols)
+             if cost[r, c] <= threshold]
+    paired_a, paired_b = {p[0] for p in pairs}, {p[1] for p in pairs}
+    pairs += [(i, None, float("nan")) for i in ids_a if i not in paired_a]
+    pairs += [(None, j, float("nan")) for j in ids_b if j not in paired_b]
+    return pairs
+
+
+def _side(run: RunPhases, phase: int | None) -> dict:
+    if phase is None:
+        return {"seconds": 0.0, "share": 0.0, "cpi": None, "seconds_per_100m": None,
+                "voltage_mv": None, "pfreq_mhz": None, "energy_j": None,
+                "energy_j_per_100m": None}
+    s = run.phases[phase]
+    seconds = run.seconds(phase)
+    per_100m = 1e8 / s.instructions if s.instructions else None
+    return {
+        "seconds": seconds, "share": run.share(phase),
+        "cpi": s.cycles / s.instructions if s.instructions and s.cycles else None,
+        "seconds_per_100m": seconds * per_100m if per_100m else None,
+        "voltage_mv": s.voltage_weighted / s.voltage_samples if s.voltage_samples else None,
+        "pfreq_mhz": s.pfreq_weighted / s.pfreq_samples if s.pfreq_samples else None,
+        "energy_j": s.energy_j,
+        "energy_j_per_100m": s.energy_j * per_100m if s.energy_j is not None and per_100m else None,
+    }
+
+
+def function_changes(a: dict[str, float], b: dict[str, float], k: int = TOP_FUNCTIONS) -> list[dict]:
+    """The ``k`` functions whose share of the phase moved most."""
+    names = set(a) | set(b)
+    rows = [{"name": n, "share_a": a.get(n, 0.0), "share_b": b.get(n, 0.0),
+             "change": b.get(n, 0.0) - a.get(n, 0.0)} for n in names]
+    rows.sort(key=lambda r: (-abs(r["change"]), r["name"]))
+    return rows[:k]
+
+
+def status_of(seconds_a: float, seconds_b: float, phase_a, phase_b, tolerance: float) -> str:
+    if phase_a is None:
+        return "new"
+    if phase_b is None:
+        return "gone"
+    ratio = seconds_b / seconds_a if seconds_a else float("inf")
+    if ratio > 1 + tolerance:
+        return "slower"
+    if ratio < 1 / (1 + tolerance):
+        return "faster"
+    return "same"
+
+
+def diff_runs(a: RunPhases, b: RunPhases, *, threshold: float, tolerance: float = TOLERANCE,
+              min_share: float = MIN_SHARE) -> dict:
+    """The comparison, as ``diff --json`` prints it."""
+    pairs = []
+    for phase_a, phase_b, distance in pair_phases(a, b, threshold):
+        side_a, side_b = _side(a, phase_a), _side(b, phase_b)
+        status = status_of(side_a["seconds"], side_b["seconds"], phase_a, phase_b, tolerance)
+        pairs.append({
+            "phase_a": phase_a, "phase_b": phase_b, "distance": distance,
+            "status": status,
+            "changed": status != "same" and max(side_a["share"], side_b["share"]) >= min_share,
+            "slowdown": (side_b["seconds"] / side_a["seconds"]
+                         if phase_a is not None and phase_b is not None and side_a["seconds"]
+                         else None),
+            **{f"{k}_a": v for k, v in side_a.items()},
+            **{f"{k}_b": v for k, v in side_b.items()},
+            "top_function_a": _top(a, phase_a), "top_function_b": _top(b, phase_b),
+            "functions": function_changes(a.phases[phase_a].functions if phase_a is not None else {},
+                                          b.phases[phase_b].functions if phase_b is not None else {}),
+        })
+    pairs.sort(key=lambda p: (-max(p["seconds_a"], p["seconds_b"])))
+    return {"a": a.path, "b": b.path, "seconds_a": sum(a.seconds(p) for p in a.phases),
+            "seconds_b": sum(b.seconds(p) for p in b.phases), "threshold": threshold,
+            "tolerance": tolerance, "min_share": min_share, "pairs": pairs}
+
+
+def diff_rows(result: dict) -> list[dict]:
+    """The table's rows as text cells (terminal and report alike)."""
+    rows = []
+    for p in result["pairs"]:
+        moved = [f"{f['name']} {100 * f['change']:+.0f}%" for f in p["functions"][:3]
+                 if abs(f["change"]) >= 0.005]
+        rows.append({
+            "A": _id(p["phase_a"]), "B": _id(p["phase_b"]),
+            "runs": p["top_function_b"] or p["top_function_a"] or "-",
+            "status": p["status"] + (" *" if p["changed"] else ""),
+            "seconds": f"{p['seconds_a']:.2f} → {p['seconds_b']:.2f}",
+            "share": f"{100 * p['share_a']:.0f}% → {100 * p['share_b']:.0f}%",
+            "CPI": _pair(p["cpi_a"], p["cpi_b"], "{:.2f}"),
+            "s/100M": _pair(p["seconds_per_100m_a"], p["seconds_per_100m_b"], "{:.3f}"),
+            "mV": _pair(p["voltage_mv_a"], p["voltage_mv_b"], "{:.0f}"),
+            "pfreq MHz": _pair(p["pfreq_mhz_a"], p["pfreq_mhz_b"], "{:.0f}"),
+            "J": _pair(p["energy_j_a"], p["energy_j_b"], "{:.2f}"),
+            "functions moved": ", ".join(moved) or "-",
+        })
+    return rows
+
+
+def _top(run: RunPhases, phase: int | None) -> str | None:
+    functions = run.phases[phase].functions if phase is not None else {}
+    return max(functions, key=functions.get) if functions else None
+
+
+def _id(phase) -> str:
+    return "-" if phase is None else str(phase)
+
+
+def _pair(a, b, fmt: str) -> str:
+    if a is None and b is None:
+        return "-"
+    return f"{'-' if a is None else fmt.format(a)} → {'-' if b is None else fmt.format(b)}"
