@@ -86,3 +86,16 @@ def test_a_missing_recording_is_one_line_and_status_2(tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "none.arrow" in lines[0] and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_report_has_a_section_of_the_changes_since_a_baseline(recordings, tmp_path):
+    d, _ = recordings
+    proc = phasewatch("report", d / "b.arrow", "--diff", d / "a.arrow", *DETECTION,
+                      "--out", tmp_path / "report")
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "report" / "index.html").read_text()
+    section = page.split('<table id="diff-table">', 1)[1].split("</table>", 1)[0]
+    rows = section.split("<tr>")[2:]
+    changed = [row for row in rows if "slower *" in row]
+    assert len(changed) == 1 and "part_walk" in changed[0], section

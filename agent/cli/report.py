@@ -41,6 +41,9 @@ def add_arguments(parser) -> None:
                              "SimPoint labels (a line per interval, the label first)")
     parser.add_argument("--base-mhz", type=float, metavar="MHZ",
                         help="base frequency for a CSV trace (default: its TSC rate)")
+    parser.add_argument("--diff", metavar="BASELINE",
+                        help="add a section telling what changed since BASELINE, an earlier "
+                             "trace of the same program (as 'phasewatch diff BASELINE TRACE')")
     add_detector_arguments(parser, output=False)
 
 
@@ -73,8 +76,9 @@ def run(args) -> int:
                             adjusted_rand_index([str(x) for x in labels], intervals.phase))
     rows = phase_rows(intervals, functions if results is None else None)
     notes = describe(trace, pipeline, figure, results is not None and args.input)
+    sections = [diff_section(args.diff, trace, args)] if args.diff else []
     written = write_report(args.out, figure, f"phases of {os.path.basename(trace)}", notes, rows,
-                           inputs=[trace, args.input, args.labels])
+                           inputs=[trace, args.input, args.labels, args.diff], sections=sections)
     print(f"phasewatch report: wrote {', '.join(written)} ({len(intervals)} intervals, "
           f"{len(rows)} phases)")
     return 0
@@ -161,6 +165,14 @@ def check_labels(path: str, labels: list, n: int) -> list:
     if len(labels) != n:
         raise UserError(f"{path}: {len(labels)} labels, but the run has {n} complete intervals")
     return labels
+
+
+def diff_section(baseline: str, trace: str, args) -> tuple[str, str, list[dict]]:
+    from ..report.diff import diff_rows, diff_runs, run_phases
+    result = diff_runs(run_phases(baseline, args, warn), run_phases(trace, args, warn),
+                       threshold=args.threshold)
+    return ("diff-table", f"Changes since {baseline} (A: {baseline}, B: {trace}; * changed)",
+            diff_rows(result))
 
 
 def describe(trace: str, pipeline: Pipeline, figure: PhaseFigure, results_path) -> list[str]:

@@ -25,7 +25,7 @@ def phase_rows(intervals: Intervals, functions: PhaseFunctions | None) -> list[d
 
 
 def write_report(out_dir: str, figure: PhaseFigure, title: str, notes: list[str],
-                 rows: list[dict], inputs=()) -> list[str]:
+                 rows: list[dict], inputs=(), sections=()) -> list[str]:
     """Writes index.html and phases.png into ``out_dir``, each complete or not at all."""
     from .page import page
     from .png import write_png
@@ -36,7 +36,7 @@ def write_report(out_dir: str, figure: PhaseFigure, title: str, notes: list[str]
                          f"the phase of most of them); {figure.columns:,} columns in all"]
     html_path = os.path.join(out_dir, "index.html")
     png_path = os.path.join(out_dir, "phases.png")
-    text = page(figure, title, notes, rows)
+    text = page(figure, title, notes, rows, sections)
     with open_output(html_path, inputs=inputs) as out:
         out.stream.write(text)
     fail(out)

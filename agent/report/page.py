@@ -101,11 +101,24 @@ def table_html(rows: list[dict], colours: list[str]) -> str:
     return f'<table id="phase-table">{head}{"".join(body)}</table>'
 
 
+def section_html(section_id: str, heading: str, rows: list[dict]) -> str:
+    """A heading and a table of text cells, the keys of the first row as its header."""
+    if not rows:
+        return f"<h2>{html.escape(heading)}</h2><p>nothing to compare</p>"
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r.values())
+                   + "</tr>" for r in rows)
+    return (f"<h2>{html.escape(heading)}</h2>"
+            f'<table id="{html.escape(section_id)}"><tr>{head}</tr>{body}</table>')
+
+
 def _num(x, fmt: str) -> str:
     return "-" if x is None or x != x else format(x, fmt)
 
 
-def page(fig: PhaseFigure, title: str, notes: list[str], rows: list[dict]) -> str:
+def page(fig: PhaseFigure, title: str, notes: list[str], rows: list[dict],
+         sections: list[tuple[str, str, list[dict]]] = ()) -> str:
+    """The report page; ``sections`` are (id, heading, rows) tables after the phases'."""
     plot = build_figure(fig)
     div = plot.to_html(full_html=False, include_plotlyjs=True, div_id="phase-figure",
                        config={"responsive": True, "displaylogo": False})
@@ -127,5 +140,6 @@ td.functions {{ text-align: left; font-family: monospace; }}
 {div}
 <h2>Phases</h2>
 {table_html(rows, colours)}
+{"".join(section_html(*section) for section in sections)}
 </body></html>
 """
