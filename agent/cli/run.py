@@ -98,6 +98,9 @@ def add_arguments(parser) -> None:
                              "(labels phase, interval, thread, cpu)")
     parser.add_argument("--report", metavar="DIR",
                         help="also draw the phases into DIR (as 'phasewatch report' does)")
+    parser.add_argument("--powercap-root", metavar="DIR",
+                        help="the RAPL energy counters' folder, for each phase's joules "
+                             "(default /sys/class/powercap, used where it is readable)")
     parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                         help="the command to run and watch")
 
@@ -136,6 +139,9 @@ def check_arguments(args, argv: list[str]) -> None:
     interval_params(args, IntervalParams(), ("instructions",), warn=lambda msg: None)
     args.program = resolve_command(argv[0])
     check_outputs([args.record, args.output, args.pprof], inputs=[args.program])
+    if args.powercap_root:
+        from ..live.phase_energy import EnergyMeter
+        EnergyMeter.open(args.powercap_root)
     if args.report:
         from ..report.folder import check_report_dir
         check_report_dir(args.report)
@@ -149,6 +155,7 @@ def watch(args, child: Child, source: Source) -> int:
                                name="phasewatch-kernels", daemon=True)
     out = open_output(args.output, inputs=[args.program], binary=True) if args.output else None
     sinks, trace, feed, maps, finished = [], None, None, None, False
+    energy = phase_energy(args)   # reading before CMD's first sample
     try:
         with child.forward_signals() as forwarder:
             kernels.start()
@@ -171,6 +178,7 @@ def watch(args, child: Child, source: Source) -> int:
             functions = PhaseFunctions(symbolizer)
             sinks += [JsonLinesSink(out.stream)] if out else []
             sinks += [profile] if profile else []
+            sinks += [energy] if energy else []
             trace = (TraceWriter(args.record, meta, signals, inputs=[args.program])
                      if args.record else None)
             status = StatusLine(os.path.basename(child.argv[0]))
@@ -193,6 +201,8 @@ def watch(args, child: Child, source: Source) -> int:
         close_outputs([out, trace], commit=finished)
         if maps:
             maps.close()
+        if energy:
+            energy.meter.stop()
     run_info = {
         "command": child.argv, "exit_status": exit_status,
         "interrupted": forwarder.interrupted,
@@ -203,9 +213,9 @@ def watch(args, child: Child, source: Source) -> int:
         "samples_lost": {"ring": source.stats()["lost_samples"], "queue": feed.dropped_samples},
         "trace": args.record if trace and not trace.failure else None,
     }
-    report(args, run_info, sinks[0], pipeline, functions)
+    report(args, run_info, sinks[0], pipeline, functions, energy.per_phase() if energy else None)
     if profile is not None:
-        write_pprof(args, profile, symbolizer, meta)
+        write_pprof(args, profile, symbolizer, meta, energy)
     if figure is not None:
         draw(args.report, figure, functions, run_info)
     failures = [o.failure for o in (out, trace) if o and o.failure]
@@ -221,10 +231,24 @@ def phase_profile(args, source: Source):
     return PhaseProfile(period_ns_of(source.metadata))
 
 
-def write_pprof(args, profile, symbolizer: Symbolizer, meta: dict) -> None:
+def phase_energy(args):
+    """Each phase's joules where RAPL is readable (always tried at the default root)."""
+    from ..collectors.powercap import DEFAULT_ROOT
+    from ..live.phase_energy import EnergyMeter, PhaseEnergy
+    try:
+        meter = EnergyMeter.open(args.powercap_root or DEFAULT_ROOT)
+    except UserError:
+        if args.powercap_root:
+            raise
+        return None
+    return PhaseEnergy(meter.start())
+
+
+def write_pprof(args, profile, symbolizer: Symbolizer, meta: dict, energy) -> None:
     from ..formats.pprof import write_profile
     symbolizer.snapshot()
     builder = profile.build(symbolizer, realtime_offset_ns=meta["sampling"]["realtime_offset_ns"],
+                            energy_uj=energy.per_interval_uj() if energy else None,
                             comments=[" ".join(args.argv)])
     failure = write_profile(args.pprof, builder, inputs=[args.program])
     if failure:
@@ -347,14 +371,25 @@ def top_functions_cell(top: list[tuple[str, float]]) -> str:
     return ", ".join(shown) or "-"
 
 
+def energy_cells(summary: PhaseSummary, energy: dict) -> dict[str, list[str]]:
+    rows = [energy.get(row["phase"], {}) for row in summary.table()]
+    per_100m = [r.get("energy_j_per_100m") for r in rows]
+    cells = {"energy J": [f"{r['energy_j']:.2f}" if "energy_j" in r else "-" for r in rows]}
+    if any(v is not None for v in per_100m):
+        cells["J/100M"] = [f"{v:.3f}" if v is not None else "-" for v in per_100m]
+    return cells
+
+
 def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
-           functions: PhaseFunctions) -> None:
+           functions: PhaseFunctions, energy: dict | None = None) -> None:
     tops = [functions.top(row["phase"], TOP_FUNCTIONS) for row in summary.table()]
+    energy_columns = energy_cells(summary, energy) if energy is not None else {}
     if args.json:
         result = {**run_info, **summary_dict(summary, pipeline, None)}
         result.pop("ari")
         for row, top in zip(result["phases"], tops):
             row["top_functions"] = [{"name": name, "share": share} for name, share in top]
+            row.update(energy.get(row["phase"], {}) if energy is not None else {})
         print(json.dumps(finite(result), indent=2))
         return
     from rich.markup import escape
@@ -375,7 +410,7 @@ def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
     if run_info["missing_signals"]:
         out.print("missing on this host: " + ", ".join(run_info["missing_signals"]))
     out.print(phase_table(summary, extra_columns={
-        "top functions": [top_functions_cell(top) for top in tops]}))
+        **energy_columns, "top functions": [top_functions_cell(top) for top in tops]}))
     for line in summary_lines(summary, pipeline.dropped(), pipeline.implausible()):
         out.print(line)
     lost = run_info["samples_lost"]

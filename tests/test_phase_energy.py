@@ -1,0 +1,131 @@
+"""Energy per phase from RAPL, on a fake powercap tree (no RAPL here): a
+thread advances a package counter at one rate, then another, wrapping it
+many times, and each phase's energy must come within 2 % of what it wrote.
+Then ``run --powercap-root`` on the real A/B/A program with a counter at a
+steady rate: each phase's joules are that power times the phase's time."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+from test_run import phasewatch
+
+from phasewatch.core.pipeline import Intervals
+from phasewatch.errors import UserError
+from phasewatch.live.phase_energy import EnergyMeter, PhaseEnergy
+
+MAX_RANGE_UJ = 10_000_000      # 10 J: at 45 W the counter wraps every 0.22 s
+WRITE_EVERY_S = 0.001
+
+
+def fake_tree(root, max_range_uj=MAX_RANGE_UJ):
+    zone = root / "intel-rapl:0"
+    zone.mkdir(parents=True)
+    (zone / "name").write_text("package-0\n")
+    (zone / "max_energy_range_uj").write_text(f"{max_range_uj}\n")
+    (zone / "energy_uj").write_text("0\n")
+    return zone
+
+
+class CounterWriter:
+    """Advances ``energy_uj`` at ``watts`` (changeable), as the hardware would:
+    the true total is kept exactly, the file holds it modulo the range."""
+
+    def __init__(self, zone, watts: float, max_range_uj=MAX_RANGE_UJ):
+        self.zone, self.watts, self.max_range_uj = zone, watts, max_range_uj
+        self.total_uj = 0.0
+        self.history = [(time.monotonic_ns(), 0.0)]    # (time, true total) at each write
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self):
+        last = time.monotonic_ns()
+        while not self._stop.wait(WRITE_EVERY_S):
+            now = time.monotonic_ns()
+            self.total_uj += self.watts * (now - last) / 1e3
+            last = now
+            tmp = self.zone / ".energy_uj.new"
+            tmp.write_text(f"{int(self.total_uj) % self.max_range_uj}\n")
+            tmp.replace(self.zone / "energy_uj")
+            self.history.append((now, self.total_uj))
+
+    def true_uj(self, t0: int, t1: int) -> float:
+        t, uj = np.array(self.history).T
+        return float(np.interp(t1, t, uj) - np.interp(t0, t, uj))
+
+
+def intervals(bounds_ns, phases) -> Intervals:
+    n = len(phases)
+    z = np.zeros(n)
+    return Intervals(index=np.arange(n), t_start_ns=np.array(bounds_ns[:-1], np.int64),
+                     t_end_ns=np.array(bounds_ns[1:], np.int64),
+                     instructions=np.full(n, 200_000_000, np.int64), cycles=z.astype(np.int64),
+                     samples=np.full(n, 100, np.int64), distance=z, phase=np.array(phases),
+                     new_phase=np.zeros(n, bool), voltage_mv=z + np.nan, pfreq_mhz=z + np.nan)
+
+
+def test_each_phases_energy_is_within_2_percent_of_what_the_counter_was_given(tmp_path):
+    zone = fake_tree(tmp_path)
+    meter = EnergyMeter.open(str(tmp_path)).start()
+    sink = PhaseEnergy(meter)
+    with CounterWriter(zone, watts=15.0) as writer:
+        bounds = [time.monotonic_ns()]
+        for phase, watts in ((0, 15.0), (1, 45.0), (0, 15.0)):
+            writer.watts = watts
+            for _ in range(5):
+                time.sleep(0.1)
+                bounds.append(time.monotonic_ns())
+        time.sleep(0.05)
+        meter.stop()
+    phases = [0] * 5 + [1] * 5 + [0] * 5
+    sink.write(intervals(bounds, phases))
+    got = sink.per_phase()
+    for phase in (0, 1):
+        true = sum(writer.true_uj(bounds[i], bounds[i + 1])
+                   for i, p in enumerate(phases) if p == phase) / 1e6
+        assert got[phase]["energy_j"] == pytest.approx(true, rel=0.02), (phase, got, true)
+        instructions = 200_000_000 * phases.count(phase)
+        assert got[phase]["energy_j_per_100m"] == pytest.approx(true * 1e8 / instructions,
+                                                                rel=0.02)
+    assert writer.total_uj > 2 * MAX_RANGE_UJ     # the counter wrapped, more than once
+    assert got[1]["energy_j"] / 5 > 2.5 * got[0]["energy_j"] / 10
+
+
+def test_no_package_zone_is_one_clear_error(tmp_path):
+    with pytest.raises(UserError, match="no RAPL package zone"):
+        EnergyMeter.open(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_run_gives_each_phase_its_joules_in_the_summary_and_the_profile(abab, tmp_path):
+    zone = fake_tree(tmp_path / "powercap")
+    watts = 30.0
+    with CounterWriter(zone, watts=watts):
+        proc = phasewatch("run", "--json", "--detector", "vpf-ip", "--interval-samples", 200,
+                          "--powercap-root", tmp_path / "powercap", "--output",
+                          tmp_path / "r.jsonl", "--pprof", tmp_path / "p.pb.gz", "--", abab, "1")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    for phase in summary["phases"]:
+        wall_s = sum(r["t_end_ns"] - r["t_start_ns"] for r in rows
+                     if r["phase"] == phase["phase"]) / 1e9
+        assert phase["energy_j"] == pytest.approx(watts * wall_s, rel=0.02), phase
+    from phasewatch.formats.pprof import read_profile
+    profile = read_profile(str(tmp_path / "p.pb.gz"))
+    types = [profile.string_table[t.type] for t in profile.sample_type]
+    assert types == ["samples", "cpu", "energy"]
+    total_uj = sum(s.value[2] for s in profile.sample)
+    assert total_uj / 1e6 == pytest.approx(sum(p["energy_j"] for p in summary["phases"]), rel=0.01)
