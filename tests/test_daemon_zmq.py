@@ -148,3 +148,28 @@ def test_garbage_on_the_wire_takes_nothing_down(tmp_path):
         code, err = daemon.stop()
     assert code == 0, err
     assert "Traceback" not in err
+
+
+def test_events_carry_wall_clock_beside_the_monotonic_clock(trace):
+    ctx = zmq.Context()
+    daemon = Daemon("--replay", trace, "--replay-speed", "4")
+    sub = subscriber(ctx, daemon.zmq, "phase.", "interval.cpu0")
+    try:
+        got = receive(sub, lambda g: sum(t.startswith("interval.") for t, _ in g) >= 3)
+        received_unix_ns = time.time_ns()
+        intervals = [e for t, e in got if t.startswith("interval.")]
+        phases = [e for t, e in got if t.startswith("phase.")]
+        assert intervals and phases
+        for e in intervals:
+            # a paced replay at speed 4: a quarter of the trace's time, in wall clock
+            span = (e["t_end_ns"] - e["t_start_ns"]) / 4
+            assert e["t_end_unix_ns"] - e["t_start_unix_ns"] == pytest.approx(span, abs=1e3)
+            assert received_unix_ns - 60e9 < e["t_end_unix_ns"] <= received_unix_ns
+        ends = {e["index"]: e["t_end_unix_ns"] for e in intervals}
+        for e in phases:
+            if e["index"] in ends:
+                assert abs(e["t_unix_ns"] - ends[e["index"]]) < 1e3
+    finally:
+        sub.close()
+        daemon.stop()
+        ctx.term()

@@ -119,6 +119,8 @@ def test_run_gives_each_phase_its_joules_in_the_summary_and_the_profile(abab, tm
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    last_end_unix_ns = rows[-1]["t_end_ns"] + summary["realtime_offset_ns"]   # wall clock
+    assert time.time_ns() - 120e9 < last_end_unix_ns < time.time_ns()
     for phase in summary["phases"]:
         wall_s = sum(r["t_end_ns"] - r["t_start_ns"] for r in rows
                      if r["phase"] == phase["phase"]) / 1e9

@@ -212,6 +212,8 @@ def watch(args, child: Child, source: Source) -> int:
         "missing_signals": missing_signals(signals),
         "samples_lost": {"ring": source.stats()["lost_samples"], "queue": feed.dropped_samples},
         "trace": args.record if trace and not trace.failure else None,
+        # CLOCK_REALTIME minus the samples' CLOCK_MONOTONIC: t_ns + this is wall clock
+        "realtime_offset_ns": meta["sampling"]["realtime_offset_ns"],
     }
     report(args, run_info, sinks[0], pipeline, functions, energy.per_phase() if energy else None)
     if profile is not None:

@@ -9,7 +9,12 @@ filter on by prefix:
         {"v": 1, "type": "interval", "host": "...", "target": "cpu0", "seq": 17,
          "index": 41, "t_start_ns": ..., "t_end_ns": ..., "instructions": ...,
          "cycles": ..., "samples": ..., "distance": 0.031, "phase": 2,
-         "new_phase": false}
+         "new_phase": false, "t_start_unix_ns": ..., "t_end_unix_ns": ...}
+
+    ``t_start_ns`` and ``t_end_ns`` are CLOCK_MONOTONIC, the samples' clock;
+    the ``_unix_ns`` fields are the same instants in CLOCK_REALTIME
+    (nanoseconds since the epoch), to line events up across hosts.  (For a
+    replayed trace: when its samples were due in the replay.)
 
 ``phase.<target>``
     one JSON frame per phase change (an interval whose phase differs from the
@@ -17,7 +22,7 @@ filter on by prefix:
 
         {"v": 1, "type": "phase", "host": "...", "target": "cpu0", "seq": 3,
          "index": 41, "t_ns": <end of the interval>, "phase": 2, "previous": 0,
-         "new_phase": false}
+         "new_phase": false, "t_unix_ns": <t_ns in CLOCK_REALTIME>}
 
     ``previous`` is null for a target's first interval.
 
@@ -47,6 +52,8 @@ import json
 import math
 import platform
 import threading
+import time
+from typing import Callable
 
 import numpy as np
 import zmq
@@ -118,10 +125,16 @@ class Publisher:
 
     # --- events --------------------------------------------------------------
 
-    def intervals(self, target: str, iv: Intervals, changes: np.ndarray, previous: np.ndarray) -> None:
-        """Publish each interval, and a phase event for each change of phase."""
+    def intervals(self, target: str, iv: Intervals, changes: np.ndarray, previous: np.ndarray,
+                  clock_ns: Callable[[int], int] = lambda t_ns: t_ns) -> None:
+        """Publish each interval, and a phase event for each change of phase;
+        ``clock_ns`` maps a sample time to CLOCK_MONOTONIC (a paced replay's)."""
         if iv.partial or len(iv) == 0:
             return
+        realtime_offset = time.time_ns() - time.monotonic_ns()
+
+        def unix_ns(t_ns: int) -> int:
+            return clock_ns(t_ns) + realtime_offset
         cols = (iv.index.tolist(), iv.t_start_ns.tolist(), iv.t_end_ns.tolist(),
                 iv.instructions.tolist(), iv.cycles.tolist(), iv.samples.tolist(),
                 iv.distance.tolist(), iv.phase.tolist(), iv.new_phase.tolist())
@@ -130,13 +143,14 @@ class Publisher:
             self._send_json(f"interval.{target}", {
                 "type": "interval", "target": target, "index": index, "t_start_ns": t0,
                 "t_end_ns": t1, "instructions": instr, "cycles": cyc, "samples": n,
-                "distance": _number(dist), "phase": phase, "new_phase": new})
+                "distance": _number(dist), "phase": phase, "new_phase": new,
+                "t_start_unix_ns": unix_ns(t0), "t_end_unix_ns": unix_ns(t1)})
             if row in changed:
                 before = int(previous[row])
                 self._send_json(f"phase.{target}", {
                     "type": "phase", "target": target, "index": index, "t_ns": t1,
                     "phase": phase, "previous": before if before >= 0 else None,
-                    "new_phase": new})
+                    "new_phase": new, "t_unix_ns": unix_ns(t1)})
 
     def batch(self, batch: SampleBatch) -> None:
         """Publish a raw batch on sample.<cpu>, one message per CPU in it."""

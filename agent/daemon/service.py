@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, replace
+from functools import partial
 from types import SimpleNamespace
 
 from ..console import warn
@@ -99,7 +100,7 @@ class Worker:
                          else config.detector)
         detectors.check_signals(self.detector, self.signals)
         self.params = params_for(meta, self.signals, config, self.detector)
-        listeners = [publisher.intervals] if publisher else []
+        listeners = [partial(publisher.intervals, clock_ns=clock_ns)] if publisher else []
         self.targets = Targets(meta, self.params, target=target,
                                grace_s=config.grace_seconds, listeners=listeners)
         self.host = (HostSignals(meta.get("base_freq_mhz") or 0.0,
