@@ -87,10 +87,10 @@ def test_each_phases_energy_is_within_2_percent_of_what_the_counter_was_given(tm
             for _ in range(5):
                 time.sleep(0.1)
                 bounds.append(time.monotonic_ns())
+        phases = [0] * 5 + [1] * 5 + [0] * 5
+        sink.write(intervals(bounds, phases))
         time.sleep(0.05)
-        meter.stop()
-    phases = [0] * 5 + [1] * 5 + [0] * 5
-    sink.write(intervals(bounds, phases))
+        sink.finish()
     got = sink.per_phase()
     for phase in (0, 1):
         true = sum(writer.true_uj(bounds[i], bounds[i + 1])
@@ -110,13 +110,17 @@ def test_no_package_zone_is_one_clear_error(tmp_path):
 
 @pytest.mark.slow
 def test_run_gives_each_phase_its_joules_in_the_summary_and_the_profile(abab, tmp_path):
-    zone = fake_tree(tmp_path / "powercap")
+    # A counter that wraps every 3.3 s (RAPL's own wrap after minutes at most
+    # power): the agent's meter thread may wait out its start-up for a while.
+    range_uj = 100_000_000
+    zone = fake_tree(tmp_path / "powercap", range_uj)
     watts = 30.0
-    with CounterWriter(zone, watts=watts):
+    with CounterWriter(zone, watts=watts, max_range_uj=range_uj) as writer:
         proc = phasewatch("run", "--json", "--detector", "vpf-ip", "--interval-samples", 200,
                           "--powercap-root", tmp_path / "powercap", "--output",
                           tmp_path / "r.jsonl", "--pprof", tmp_path / "p.pb.gz", "--", abab, "1")
     assert proc.returncode == 0, proc.stderr
+    assert writer.total_uj > range_uj        # wrapped at least once
     summary = json.loads(proc.stdout)
     rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     last_end_unix_ns = rows[-1]["t_end_ns"] + summary["realtime_offset_ns"]   # wall clock

@@ -202,7 +202,7 @@ def watch(args, child: Child, source: Source) -> int:
         if maps:
             maps.close()
         if energy:
-            energy.meter.stop()
+            energy.finish()
     run_info = {
         "command": child.argv, "exit_status": exit_status,
         "interrupted": forwarder.interrupted,

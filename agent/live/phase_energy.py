@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # the meter starts before the command does, ahead of numba
     from ..core.pipeline import Intervals
 
 POLL_S = 0.01
+#: Readings kept: ten minutes at POLL_S; intervals are settled long before.
+KEEP_READINGS = 60_000
 #: Instructions per "per 100M instructions" figure.
 PER_INSTRUCTIONS = 100_000_000
 
@@ -42,8 +44,9 @@ class EnergyMeter:
         self.poll_s = poll_s
         self._last: list[int | None] = [None] * len(zones)
         self._total_uj = 0
-        self._t: list[int] = []
-        self._uj: list[int] = []
+        self._t: deque[int] = deque(maxlen=KEEP_READINGS)
+        self._uj: deque[int] = deque(maxlen=KEEP_READINGS)
+        self._lock = threading.Lock()
         self.read_errors = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="phasewatch-energy", daemon=True)
@@ -95,12 +98,20 @@ class EnergyMeter:
             if last is not None:
                 self._total_uj += int(powercap.energy_delta(last, value, zone.max_energy_range_uj))
             self._last[i] = value
-        self._t.append(t)
-        self._uj.append(self._total_uj)
+        with self._lock:
+            self._t.append(t)
+            self._uj.append(self._total_uj)
+
+    @property
+    def last_ns(self) -> int | None:
+        """When the latest reading was taken."""
+        with self._lock:
+            return self._t[-1] if self._t else None
 
     def series(self) -> tuple[np.ndarray, np.ndarray]:
         """Reading times (ns, CLOCK_MONOTONIC) and cumulative microjoules."""
-        return np.array(self._t, np.int64), np.array(self._uj, np.float64)
+        with self._lock:
+            return np.array(self._t, np.int64), np.array(self._uj, np.float64)
 
     def between(self, t_start_ns: np.ndarray, t_end_ns: np.ndarray) -> np.ndarray:
         """Microjoules used between each pair of times (interpolated between
@@ -111,42 +122,93 @@ class EnergyMeter:
         return np.interp(t_end_ns, t, uj) - np.interp(t_start_ns, t, uj)
 
 
-@dataclass
 class PhaseEnergy:
-    """A sink keeping each complete interval, for energy per interval and phase."""
+    """A sink giving each complete interval its energy once the meter has
+    read past the interval's end, and adding it to the interval's phase.
 
-    meter: EnergyMeter
-    _parts: list[tuple[np.ndarray, ...]] = field(default_factory=list)
+    ``clock_ns`` maps the samples' times to CLOCK_MONOTONIC (a paced
+    replay's); as a listener of the daemon's targets (:meth:`listen`) the
+    energy is kept per target and phase."""
 
-    def write(self, intervals: Intervals) -> None:
-        if len(intervals) and not intervals.partial:
-            self._parts.append((intervals.index, intervals.phase, intervals.t_start_ns,
-                                intervals.t_end_ns, intervals.instructions))
+    def __init__(self, meter: EnergyMeter):
+        self.meter = meter
+        self._pending: list[tuple] = []
+        self._lock = threading.Lock()
+        self.interval_uj: dict[int, float] = {}
+        self.phase_uj: dict[tuple[str, int], float] = {}
+        self.phase_instructions: dict[tuple[str, int], int] = {}
+        self.phase_counted_uj: dict[tuple[str, int], float] = {}
+
+    def write(self, intervals: Intervals, target: str = "", clock_ns=None) -> None:
+        if len(intervals) == 0 or intervals.partial:
+            return
+        t0, t1 = intervals.t_start_ns.copy(), intervals.t_end_ns.copy()
+        if clock_ns is not None:
+            t0 = np.array([clock_ns(int(t)) for t in t0.tolist()], np.int64)
+            t1 = np.array([clock_ns(int(t)) for t in t1.tolist()], np.int64)
+        with self._lock:
+            self._pending.append((target, intervals.index.copy(), intervals.phase.copy(),
+                                  t0, t1, intervals.instructions.copy()))
+        self.settle()
+
+    def listen(self, target: str, intervals: Intervals, changes, previous, clock_ns=None) -> None:
+        """The daemon's target listener."""
+        self.write(intervals, target, clock_ns)
 
     def close(self) -> None:
         pass
 
-    def _columns(self):
-        if not self._parts:
-            return (np.empty(0, np.int64),) * 5
-        return tuple(np.concatenate(c) for c in zip(*self._parts))
+    def settle(self) -> None:
+        """Give their energy to the intervals that end before the latest reading."""
+        last = self.meter.last_ns
+        if last is None:
+            return
+        with self._lock:
+            ready = [p for p in self._pending if p[4][-1] <= last]
+            self._pending = [p for p in self._pending if p[4][-1] > last]
+            for target, index, phase, t0, t1, instructions in ready:
+                self._add(target, index, phase, self.meter.between(t0, t1), instructions)
+
+    def finish(self) -> None:
+        """Stop the meter (a last reading) and settle every interval."""
+        self.meter.stop()
+        with self._lock:
+            pending, self._pending = self._pending, []
+            for target, index, phase, t0, t1, instructions in pending:
+                self._add(target, index, phase, self.meter.between(t0, t1), instructions)
+
+    def _add(self, target, index, phase, uj, instructions) -> None:
+        for i, p, e, n in zip(index.tolist(), phase.tolist(), uj.tolist(), instructions.tolist()):
+            if e != e:  # NaN: fewer than two readings
+                continue
+            key = (target, p)
+            self.interval_uj[i] = e
+            self.phase_uj[key] = self.phase_uj.get(key, 0.0) + e
+            if n > 0:
+                self.phase_instructions[key] = self.phase_instructions.get(key, 0) + n
+                self.phase_counted_uj[key] = self.phase_counted_uj.get(key, 0.0) + e
 
     def per_interval_uj(self) -> dict[int, float]:
-        """Microjoules by interval index (call after the meter has stopped)."""
-        index, _, t0, t1, _ = self._columns()
-        return dict(zip(index.tolist(), self.meter.between(t0, t1).tolist()))
+        """Microjoules by interval index."""
+        with self._lock:
+            return dict(self.interval_uj)
 
-    def per_phase(self) -> dict[int, dict]:
-        """Per phase: ``energy_j`` and, where instructions were counted,
-        ``energy_j_per_100m``."""
-        index, phase, t0, t1, instructions = self._columns()
-        energy = self.meter.between(t0, t1) / 1e6
-        out = {}
-        for p in np.unique(phase).tolist():
-            mine = phase == p
-            counted = mine & (instructions > 0)
-            n = int(instructions[counted].sum())
-            out[p] = {"energy_j": float(energy[mine].sum()),
-                      "energy_j_per_100m": (float(energy[counted].sum()) * PER_INSTRUCTIONS / n
-                                            if n else None)}
-        return out
+    def joules(self) -> dict[tuple[str, int], float]:
+        """Joules by (target, phase) so far."""
+        self.settle()
+        with self._lock:
+            return {key: uj / 1e6 for key, uj in self.phase_uj.items()}
+
+    def per_phase(self, target: str = "") -> dict[int, dict]:
+        """Per phase of ``target``: ``energy_j`` and, where instructions were
+        counted, ``energy_j_per_100m``."""
+        with self._lock:
+            out = {}
+            for (t, p), uj in self.phase_uj.items():
+                if t != target:
+                    continue
+                n = self.phase_instructions.get((t, p), 0)
+                out[p] = {"energy_j": uj / 1e6,
+                          "energy_j_per_100m": (self.phase_counted_uj[(t, p)] / 1e6
+                                                * PER_INSTRUCTIONS / n if n else None)}
+            return out
