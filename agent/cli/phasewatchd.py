@@ -27,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--zmq-samples", action="store_true",
                    help="also publish raw sample batches (topics sample.<cpu>)")
     p.add_argument("--record", metavar="DIR", help="write the raw samples as traces in DIR")
+    p.add_argument("--powercap-root", metavar="DIR",
+                   help="RAPL energy counters' folder, for energy per phase "
+                        "(default /sys/class/powercap, used where readable)")
     return p
 
 

@@ -26,6 +26,7 @@ class Config:
     replay_speed: float = 1.0
     msr_path: str = "/dev/cpu/{cpu}/msr"
     rate_hz: int = 1000
+    powercap_root: str | None = None
     cpus: str | tuple[int, ...] = "all"
     pids: tuple[int, ...] = ()
     commands: tuple[str, ...] = ()
@@ -108,6 +109,7 @@ SCHEMA = {
                          "must be 0 (as fast as possible) or more"),
         "msr_path": ("msr_path", str, None),
         "rate_hz": ("rate_hz", int, _positive),
+        "powercap_root": ("powercap_root", str, None),
     },
     "targets": {
         "cpus": ("cpus", (str, list), _cpus),
@@ -218,6 +220,8 @@ def with_flags(config: Config, args) -> Config:
         changes["record"] = args.record
     if args.zmq_samples:
         changes["zmq_samples"] = True
+    if getattr(args, "powercap_root", None):
+        changes["powercap_root"] = args.powercap_root
     config = replace(config, **changes)
     for flag, value in (("--metrics", config.metrics),):
         if value and _address(value):

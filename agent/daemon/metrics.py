@@ -40,14 +40,17 @@ class PhasewatchCollector:
     """Every phasewatch_* metric, read from the latest state at scrape time."""
 
     def __init__(self, targets: Callable[[], list[Targets]], host: Callable[[], list[HostSignals]],
-                 counts: DaemonCounts):
+                 counts: DaemonCounts, energy=None):
         self.targets = targets
         self.host = host
         self.counts = counts
+        self.energy = energy    # a PhaseEnergy, where RAPL is readable
 
     def collect(self):
         yield from self._host_metrics()
         yield from self._target_metrics()
+        if self.energy is not None:
+            yield self._phase_energy()
         yield from self._daemon_metrics()
 
     def _host_metrics(self):
@@ -115,6 +118,14 @@ class PhasewatchCollector:
                 for p, n in sorted(t.phase_intervals.items()):
                     per_phase.add_metric([t.name, str(p)], n)
         return phase, phases, changes, intervals, per_phase, retired
+
+    def _phase_energy(self):
+        energy = CounterMetricFamily("phasewatch_phase_energy_joules",
+                                     "RAPL package energy used while the target was in the phase",
+                                     labels=["target", "phase"])
+        for (target, phase), joules in sorted(self.energy.joules().items()):
+            energy.add_metric([target, str(phase)], joules)
+        return energy
 
     def _daemon_metrics(self):
         c = self.counts

@@ -90,7 +90,7 @@ class Worker:
 
     def __init__(self, name: str, source, meta: dict, signals, config, *, target=None,
                  host_signals: bool = True, publisher: Publisher | None = None,
-                 clock_ns=lambda t_ns: t_ns, pid: int | None = None):
+                 clock_ns=lambda t_ns: t_ns, pid: int | None = None, energy=None):
         self.name = name
         self.pid = pid
         self.source = source
@@ -101,6 +101,7 @@ class Worker:
         detectors.check_signals(self.detector, self.signals)
         self.params = params_for(meta, self.signals, config, self.detector)
         listeners = [partial(publisher.intervals, clock_ns=clock_ns)] if publisher else []
+        listeners += [partial(energy.listen, clock_ns=clock_ns)] if energy else []
         self.targets = Targets(meta, self.params, target=target,
                                grace_s=config.grace_seconds, listeners=listeners)
         self.host = (HostSignals(meta.get("base_freq_mhz") or 0.0,
@@ -206,6 +207,7 @@ class Daemon:
         self.notifier = Notifier()
         self.counts = DaemonCounts()
         self.publisher = None
+        self.energy = None
         self.server = None
         self.workers: list[Worker] = []
         self._stop = threading.Event()
@@ -222,6 +224,7 @@ class Daemon:
         if c.zmq:
             self.publisher = Publisher(c.zmq, hwm=c.zmq_hwm, samples=c.zmq_samples, curve=c.curve)
         try:
+            self.energy = open_phase_energy(c)
             self._open_workers()
             if c.metrics:
                 self._serve_metrics()
@@ -239,12 +242,13 @@ class Daemon:
         if c.source == "replay":
             source, meta, signals = open_replay(c)
             self.workers.append(Worker("replay", source, meta, signals, c,
-                                       publisher=self.publisher, clock_ns=source.clock_ns))
+                                       publisher=self.publisher, clock_ns=source.clock_ns,
+                                       energy=self.energy))
             return
         for name, source, meta, signals, target, pid in open_live_sources(c):
             self.workers.append(Worker(name, source, meta, signals, c, target=target,
                                        host_signals=target is None, publisher=self.publisher,
-                                       pid=pid))
+                                       pid=pid, energy=self.energy))
 
     def _serve_metrics(self) -> None:
         self.counts.samples = lambda: sum(w.samples for w in self.workers)
@@ -254,7 +258,7 @@ class Daemon:
         collector = PhasewatchCollector(
             targets=lambda: [w.targets for w in self.workers],
             host=lambda: [w.host for w in self.workers if w.host is not None],
-            counts=self.counts)
+            counts=self.counts, energy=self.energy)
         host, port = self.config.metrics_address
         try:
             self.server = serve(registry_for(collector), host, port, self.config.tls)
@@ -329,7 +333,7 @@ class Daemon:
                 log(f"{target}: {exc}")
                 continue
             worker = Worker(name, source, meta, signals, c, target=target, host_signals=False,
-                            publisher=self.publisher, pid=pid)
+                            publisher=self.publisher, pid=pid, energy=self.energy)
             self.workers.append(worker.start())
             log(f"watching {target}")
 
@@ -397,6 +401,22 @@ class Daemon:
         if self.publisher is not None:
             self.publisher.close()
             self.publisher = None
+        if self.energy is not None:
+            self.energy.meter.stop()
+
+
+def open_phase_energy(config: daemon_config.Config):
+    """Energy per target and phase where RAPL is readable (always tried at the
+    default root; a root given that cannot be read is an error)."""
+    from ..collectors.powercap import DEFAULT_ROOT
+    from ..live.phase_energy import EnergyMeter, PhaseEnergy
+    try:
+        meter = EnergyMeter.open(config.powercap_root or DEFAULT_ROOT)
+    except UserError:
+        if config.powercap_root:
+            raise
+        return None
+    return PhaseEnergy(meter.start(), keep_intervals=False)
 
 
 def check_record_dir(path: str) -> None:

@@ -130,8 +130,9 @@ class PhaseEnergy:
     replay's); as a listener of the daemon's targets (:meth:`listen`) the
     energy is kept per target and phase."""
 
-    def __init__(self, meter: EnergyMeter):
+    def __init__(self, meter: EnergyMeter, keep_intervals: bool = True):
         self.meter = meter
+        self.keep_intervals = keep_intervals    # per-interval energy, for a profile
         self._pending: list[tuple] = []
         self._lock = threading.Lock()
         self.interval_uj: dict[int, float] = {}
@@ -182,7 +183,8 @@ class PhaseEnergy:
             if e != e:  # NaN: fewer than two readings
                 continue
             key = (target, p)
-            self.interval_uj[i] = e
+            if self.keep_intervals:
+                self.interval_uj[i] = e
             self.phase_uj[key] = self.phase_uj.get(key, 0.0) + e
             if n > 0:
                 self.phase_instructions[key] = self.phase_instructions.get(key, 0) + n
