@@ -35,8 +35,9 @@ class CounterWriter:
     """Advances ``energy_uj`` at ``watts`` (changeable), as the hardware would:
     the true total is kept exactly, the file holds it modulo the range."""
 
-    def __init__(self, zone, watts: float, max_range_uj=MAX_RANGE_UJ):
+    def __init__(self, zone, watts: float, max_range_uj=MAX_RANGE_UJ, start_uj: int = 0):
         self.zone, self.watts, self.max_range_uj = zone, watts, max_range_uj
+        self.start_uj = start_uj
         self.total_uj = 0.0
         self.history = [(time.monotonic_ns(), 0.0)]    # (time, true total) at each write
         self._stop = threading.Event()
@@ -57,7 +58,7 @@ class CounterWriter:
             self.total_uj += self.watts * (now - last) / 1e3
             last = now
             tmp = self.zone / ".energy_uj.new"
-            tmp.write_text(f"{int(self.total_uj) % self.max_range_uj}\n")
+            tmp.write_text(f"{(self.start_uj + int(self.total_uj)) % self.max_range_uj}\n")
             tmp.replace(self.zone / "energy_uj")
             self.history.append((now, self.total_uj))
 
@@ -110,17 +111,18 @@ def test_no_package_zone_is_one_clear_error(tmp_path):
 
 @pytest.mark.slow
 def test_run_gives_each_phase_its_joules_in_the_summary_and_the_profile(abab, tmp_path):
-    # A counter that wraps every 3.3 s (RAPL's own wrap after minutes at most
-    # power): the agent's meter thread may wait out its start-up for a while.
-    range_uj = 100_000_000
+    # A counter 1.5 s short of its wrap, which then comes every 33 s (RAPL's
+    # own, after minutes at full power): a meter thread held up for a while
+    # at start-up still reads it within every wrap.
+    range_uj, watts = 1_000_000_000, 30.0
     zone = fake_tree(tmp_path / "powercap", range_uj)
-    watts = 30.0
-    with CounterWriter(zone, watts=watts, max_range_uj=range_uj) as writer:
+    start_uj = range_uj - int(1.5 * watts * 1e6)
+    with CounterWriter(zone, watts=watts, max_range_uj=range_uj, start_uj=start_uj) as writer:
         proc = phasewatch("run", "--json", "--detector", "vpf-ip", "--interval-samples", 200,
                           "--powercap-root", tmp_path / "powercap", "--output",
                           tmp_path / "r.jsonl", "--pprof", tmp_path / "p.pb.gz", "--", abab, "1")
     assert proc.returncode == 0, proc.stderr
-    assert writer.total_uj > range_uj        # wrapped at least once
+    assert start_uj + writer.total_uj > range_uj        # wrapped
     summary = json.loads(proc.stdout)
     rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     last_end_unix_ns = rows[-1]["t_end_ns"] + summary["realtime_offset_ns"]   # wall clock
