@@ -67,11 +67,13 @@ class ProfileBuilder:
         return found[0]
 
     def add(self, location_ids: Sequence[int], values: Sequence[int],
-            labels: dict[str, str]) -> None:
-        """One sample, or more added up; ``values`` in the order of the sample types."""
+            labels: Sequence[tuple[str, str]]) -> None:
+        """One sample, or more added up; ``values`` in the order of the sample
+        types, ``labels`` (key, value) string pairs."""
         if len(values) != len(self.sample_types):
             raise ValueError(f"{len(values)} values for {len(self.sample_types)} sample types")
-        key = (tuple(location_ids), tuple(sorted(labels.items())))
+        string = self.string
+        key = (tuple(location_ids), tuple((string(k), string(v)) for k, v in labels))
         total = self._samples.get(key)
         if total is None:
             self._samples[key] = [int(v) for v in values]
@@ -91,9 +93,11 @@ class ProfileBuilder:
                              period_type=pb.ValueType(type=self.period_type[0],
                                                       unit=self.period_type[1]))
         profile.sample_type.extend(pb.ValueType(type=t, unit=u) for t, u in self.sample_types)
+        label_of: dict[tuple[int, int], object] = {}
         for (locations, labels), values in self._samples.items():
             profile.sample.add(location_id=locations, value=values, label=[
-                pb.Label(key=self.string(k), str=self.string(v)) for k, v in labels])
+                label_of.get(kv) or label_of.setdefault(kv, pb.Label(key=kv[0], str=kv[1]))
+                for kv in labels])
         for m, mapping_id in self._mappings.items():
             profile.mapping.add(id=mapping_id, memory_start=m.start, memory_limit=m.limit,
                                 file_offset=m.offset, filename=self.string(m.path),

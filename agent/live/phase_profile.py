@@ -107,9 +107,9 @@ class PhaseProfile:
             values = [n, n * self.period_ns]
             if energy_uj is not None:
                 values.append(int(round(shares[i])) if shares is not None else 0)
-            builder.add([location_of[ip]], values, {
-                "phase": str(phase), "interval": str(interval),
-                "thread": str(tid), "cpu": str(cpu)})
+            builder.add((location_of[ip],), values, (
+                ("phase", str(phase)), ("interval", str(interval)),
+                ("thread", str(tid)), ("cpu", str(cpu))))
         return builder
 
 
