@@ -120,7 +120,8 @@ def test_run_gives_each_phase_its_joules_in_the_summary_and_the_profile(abab, tm
     with CounterWriter(zone, watts=watts, max_range_uj=range_uj, start_uj=start_uj) as writer:
         proc = phasewatch("run", "--json", "--detector", "vpf-ip", "--interval-samples", 200,
                           "--powercap-root", tmp_path / "powercap", "--output",
-                          tmp_path / "r.jsonl", "--pprof", tmp_path / "p.pb.gz", "--", abab, "1")
+                          tmp_path / "r.jsonl", "--pprof", tmp_path / "p.pb.gz",
+                          "--record", tmp_path / "t.arrow", "--", abab, "1")
     assert proc.returncode == 0, proc.stderr
     assert start_uj + writer.total_uj > range_uj        # wrapped
     summary = json.loads(proc.stdout)
@@ -137,3 +138,17 @@ def test_run_gives_each_phase_its_joules_in_the_summary_and_the_profile(abab, tm
     assert types == ["samples", "cpu", "energy"]
     total_uj = sum(s.value[2] for s in profile.sample)
     assert total_uj / 1e6 == pytest.approx(sum(p["energy_j"] for p in summary["phases"]), rel=0.01)
+
+    # The recording keeps each interval's energy beside it, for diff.
+    diff = phasewatch("diff", tmp_path / "t.arrow", tmp_path / "t.arrow", "--json",
+                      "--detector", "vpf-ip", "--interval-samples", 200)
+    assert diff.returncode == 0, diff.stderr
+    by_phase = {p["phase"]: p["energy_j"] for p in summary["phases"]}
+    for pair in json.loads(diff.stdout)["pairs"]:
+        assert pair["phase_a"] == pair["phase_b"]
+        assert pair["energy_j_a"] == pair["energy_j_b"] == pytest.approx(by_phase[pair["phase_a"]])
+    # Intervals cut otherwise match no row of the table: energy unknown.
+    other = phasewatch("diff", tmp_path / "t.arrow", tmp_path / "t.arrow", "--json",
+                       "--detector", "vpf-ip", "--interval-samples", 150)
+    assert other.returncode == 0, other.stderr
+    assert all(p["energy_j_a"] is None for p in json.loads(other.stdout)["pairs"])

@@ -218,6 +218,8 @@ def watch(args, child: Child, source: Source) -> int:
     report(args, run_info, sinks[0], pipeline, functions, energy.per_phase() if energy else None)
     if profile is not None:
         write_pprof(args, profile, symbolizer, meta, energy)
+    if energy is not None and run_info["trace"]:
+        record_energy(args.record, energy)
     if figure is not None:
         draw(args.report, figure, functions, run_info)
     failures = [o.failure for o in (out, trace) if o and o.failure]
@@ -244,6 +246,14 @@ def phase_energy(args):
             raise
         return None
     return PhaseEnergy(meter.start())
+
+
+def record_energy(trace: str, energy) -> None:
+    """Each interval's energy beside the trace, for 'phasewatch diff'."""
+    from ..formats.energytable import write_energy_table
+    failure = write_energy_table(trace, energy.intervals)
+    if failure:
+        raise UserError(failure)
 
 
 def write_pprof(args, profile, symbolizer: Symbolizer, meta: dict, energy) -> None:

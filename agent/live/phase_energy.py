@@ -135,7 +135,7 @@ class PhaseEnergy:
         self.keep_intervals = keep_intervals    # per-interval energy, for a profile
         self._pending: list[tuple] = []
         self._lock = threading.Lock()
-        self.interval_uj: dict[int, float] = {}
+        self.intervals: list[tuple[int, int, int, float]] = []  # index, t0, t1, µJ
         self.phase_uj: dict[tuple[str, int], float] = {}
         self.phase_instructions: dict[tuple[str, int], int] = {}
         self.phase_counted_uj: dict[tuple[str, int], float] = {}
@@ -168,7 +168,7 @@ class PhaseEnergy:
             ready = [p for p in self._pending if p[4][-1] <= last]
             self._pending = [p for p in self._pending if p[4][-1] > last]
             for target, index, phase, t0, t1, instructions in ready:
-                self._add(target, index, phase, self.meter.between(t0, t1), instructions)
+                self._add(target, index, phase, t0, t1, instructions)
 
     def finish(self) -> None:
         """Stop the meter (a last reading) and settle every interval."""
@@ -176,15 +176,17 @@ class PhaseEnergy:
         with self._lock:
             pending, self._pending = self._pending, []
             for target, index, phase, t0, t1, instructions in pending:
-                self._add(target, index, phase, self.meter.between(t0, t1), instructions)
+                self._add(target, index, phase, t0, t1, instructions)
 
-    def _add(self, target, index, phase, uj, instructions) -> None:
-        for i, p, e, n in zip(index.tolist(), phase.tolist(), uj.tolist(), instructions.tolist()):
+    def _add(self, target, index, phase, t0, t1, instructions) -> None:
+        uj = self.meter.between(t0, t1)
+        for i, p, a, b, e, n in zip(index.tolist(), phase.tolist(), t0.tolist(), t1.tolist(),
+                                    uj.tolist(), instructions.tolist()):
             if e != e:  # NaN: fewer than two readings
                 continue
             key = (target, p)
             if self.keep_intervals:
-                self.interval_uj[i] = e
+                self.intervals.append((i, a, b, e))
             self.phase_uj[key] = self.phase_uj.get(key, 0.0) + e
             if n > 0:
                 self.phase_instructions[key] = self.phase_instructions.get(key, 0) + n
@@ -193,7 +195,7 @@ class PhaseEnergy:
     def per_interval_uj(self) -> dict[int, float]:
         """Microjoules by interval index."""
         with self._lock:
-            return dict(self.interval_uj)
+            return {i: e for i, _, _, e in self.intervals}
 
     def joules(self) -> dict[tuple[str, int], float]:
         """Joules by (target, phase) so far."""

@@ -29,6 +29,7 @@ from ..core.histograms import (TOTAL_VARIATION, cumulative_distance_reference,
                                total_variation_distance_reference)
 from ..core.intervals import SEGMENT_KINDS
 from ..core.settings import choose_detector, pipeline_of
+from ..formats.energytable import read_energy_table
 from ..formats.tracefiles import open_trace
 from ..live.phase_functions import PhaseFunctions
 from ..live.phase_profile import period_ns_of
@@ -57,6 +58,7 @@ class PhaseStats:
     pfreq_weighted: float = 0.0
     pfreq_samples: int = 0
     energy_j: float | None = None
+    counted_energy_j: float = 0.0   # energy of the intervals with instructions counted
     profile_sum: np.ndarray | None = None
     segment_members: np.ndarray | None = None
     functions: dict[str, float] = field(default_factory=dict)
@@ -88,10 +90,14 @@ class RunPhases:
 
 
 class _Collector:
-    """A pipeline profile observer adding each interval into its phase."""
+    """A pipeline profile observer adding each interval into its phase;
+    ``energy`` is the recording's energy table (by interval index), if any:
+    energy is known only while every interval matches a row of it."""
 
-    def __init__(self):
+    def __init__(self, energy: dict[int, tuple[int, int, float]] | None = None):
         self.phases: dict[int, PhaseStats] = {}
+        self.energy = energy
+        self.energy_known = energy is not None
 
     def __call__(self, block, intervals) -> None:
         for row in range(len(intervals)):
@@ -118,6 +124,17 @@ class _Collector:
         if np.isfinite(iv.pfreq_mhz[row]):
             stats.pfreq_weighted += float(iv.pfreq_mhz[row]) * n
             stats.pfreq_samples += n
+        if self.energy_known:
+            self._add_energy(stats, iv, row)
+
+    def _add_energy(self, stats: PhaseStats, iv, row) -> None:
+        known = self.energy.get(int(iv.index[row]))
+        if known is None or known[:2] != (int(iv.t_start_ns[row]), int(iv.t_end_ns[row])):
+            self.energy_known = False
+            return
+        stats.energy_j = (stats.energy_j or 0.0) + known[2] / 1e6
+        if iv.instructions[row] > 0:
+            stats.counted_energy_j += known[2] / 1e6
 
 
 def run_phases(trace: str, args: argparse.Namespace, warn) -> RunPhases:
@@ -127,7 +144,7 @@ def run_phases(trace: str, args: argparse.Namespace, warn) -> RunPhases:
         detector = choose_detector(args.detector, tuple(source.signals), warn)
         pipeline = pipeline_of(source, argparse.Namespace(**{**vars(args), "detector": detector}),
                                warn)
-        collector = _Collector()
+        collector = _Collector(read_energy_table(trace))
         pipeline.observe_profiles(collector)
         has_ips = "ip" in source.signals
         functions = PhaseFunctions(Symbolizer.from_metadata(source.metadata)) if has_ips else None
@@ -141,6 +158,8 @@ def run_phases(trace: str, args: argparse.Namespace, warn) -> RunPhases:
     finally:
         source.close()
     for stats in collector.phases.values():
+        if not collector.energy_known:
+            stats.energy_j = None
         if functions is not None:
             stats.functions = dict(functions.top(stats.phase, ALL_FUNCTIONS))
     return RunPhases(trace, period_ns_of(meta.get("sampling")), pipeline.layout.bounds,
@@ -191,7 +210,8 @@ def _side(run: RunPhases, phase: int | None) -> dict:
         "voltage_mv": s.voltage_weighted / s.voltage_samples if s.voltage_samples else None,
         "pfreq_mhz": s.pfreq_weighted / s.pfreq_samples if s.pfreq_samples else None,
         "energy_j": s.energy_j,
-        "energy_j_per_100m": s.energy_j * per_100m if s.energy_j is not None and per_100m else None,
+        "energy_j_per_100m": (s.counted_energy_j * per_100m
+                              if s.energy_j is not None and per_100m else None),
     }
 
 
