@@ -152,3 +152,9 @@ def test_run_gives_each_phase_its_joules_in_the_summary_and_the_profile(abab, tm
                        "--detector", "vpf-ip", "--interval-samples", 150)
     assert other.returncode == 0, other.stderr
     assert all(p["energy_j_a"] is None for p in json.loads(other.stdout)["pairs"])
+    # and replay's profile takes it as the live run's did
+    rp = phasewatch("replay", tmp_path / "t.arrow", "--detector", "vpf-ip", "--interval-samples",
+                    200, "--pprof", tmp_path / "replay.pb.gz")
+    assert rp.returncode == 0, rp.stderr
+    replayed = read_profile(str(tmp_path / "replay.pb.gz"))
+    assert sum(s.value[2] for s in replayed.sample) == total_uj

@@ -95,7 +95,7 @@ def replay(args, trace: str, output: str | None, cpu: int | None = None) -> int:
         source.close()
     report(args, trace if cpu is None else f"{trace} CPU {cpu}", summary, pipeline, labels)
     if profile is not None:
-        write_pprof(pprof, profile, source.metadata, [trace, args.labels])
+        write_pprof(pprof, profile, source.metadata, trace, [trace, args.labels])
     if out and out.failure:
         raise UserError(out.failure)
     return 0
@@ -110,11 +110,13 @@ def phase_profile(source):
     return PhaseProfile(period_ns_of(source.metadata.get("sampling")))
 
 
-def write_pprof(path: str, profile, meta: dict, inputs: list) -> None:
+def write_pprof(path: str, profile, meta: dict, trace: str, inputs: list) -> None:
+    from ..formats.energytable import read_energy_table
     from ..formats.pprof import write_profile
     from ..live.symbols import Symbolizer
     offset = (meta.get("sampling") or {}).get("realtime_offset_ns")
     builder = profile.build(Symbolizer.from_metadata(meta), realtime_offset_ns=offset,
+                            energy_uj=profile.recorded_energy(read_energy_table(trace)),
                             comments=[" ".join(meta.get("command") or [])])
     failure = write_profile(path, builder, inputs=inputs)
     if failure:

@@ -46,6 +46,7 @@ class PhaseProfile:
         self._counted: list[tuple[np.ndarray, np.ndarray]] = []  # unique ROW rows, counts
         self.first_ns: int | None = None
         self.last_ns: int | None = None
+        self.times: dict[int, tuple[int, int]] = {}   # interval -> (t_start_ns, t_end_ns)
 
     def tap(self, batch: SampleBatch) -> None:
         rows = np.empty(len(batch), ROW)
@@ -63,6 +64,8 @@ class PhaseProfile:
         assigned["phase"] = np.repeat(intervals.phase, intervals.samples)
         unique, counts = np.unique(assigned, return_counts=True)
         self._counted.append((unique, counts))
+        self.times.update(zip(intervals.index.tolist(),
+                              zip(intervals.t_start_ns.tolist(), intervals.t_end_ns.tolist())))
         if self.first_ns is None:
             self.first_ns = int(intervals.t_start_ns[0])
         self.last_ns = int(intervals.t_end_ns[-1])
@@ -77,6 +80,15 @@ class PhaseProfile:
             intervals = pipeline.feed(batch)
             self.write(intervals)
             yield intervals
+
+    def recorded_energy(self, table: dict[int, tuple[int, int, float]] | None) -> dict | None:
+        """Microjoules by interval from a recording's energy table, if every
+        interval matches a row of it (index and times); else None."""
+        if not table or not self.times:
+            return None
+        if any(table.get(i, (None, None))[:2] != t for i, t in self.times.items()):
+            return None
+        return {i: table[i][2] for i in self.times}
 
     def rows(self) -> tuple[np.ndarray, np.ndarray]:
         """Every counted (interval, phase, ip, tid, cpu) row and its sample count."""
