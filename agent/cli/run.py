@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import signal
+import sys
 import threading
 from typing import TYPE_CHECKING
 
@@ -66,7 +67,7 @@ POLL_MS = 1000
 #: How long CMD runs before the kernels load (they take a third of a second of CPU).
 WARM_UP_AFTER_S = 0.1
 TOP_FUNCTIONS = 3
-#: Width of the table when stdout is a file or pipe (a terminal's own width otherwise).
+#: Width of the table when stderr is a file or pipe (a terminal's own width otherwise).
 PIPE_WIDTH = 120
 
 #: Signals of the design that a run may lack, and the raw columns each needs.
@@ -91,8 +92,9 @@ def add_arguments(parser) -> None:
     add_detector_arguments(parser)
     parser.add_argument("--record", metavar="TRACE",
                         help="also write the raw samples to TRACE, for 'phasewatch replay'")
-    parser.add_argument("--json", action="store_true",
-                        help="print the summary as JSON instead of the phase table")
+    parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                        help="the summary as JSON instead of the phase table, to FILE "
+                             "or, without FILE, to stderr (stdout stays the command's)")
     parser.add_argument("--report", metavar="DIR",
                         help="also draw the phases into DIR (as 'phasewatch report' does)")
     parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
@@ -132,7 +134,7 @@ def check_arguments(args, argv: list[str]) -> None:
     msr.device_path(args.msr_path, 0)
     interval_params(args, IntervalParams(), ("instructions",), warn=lambda msg: None)
     args.program = resolve_command(argv[0])
-    check_outputs([args.record, args.output], inputs=[args.program])
+    check_outputs([args.record, args.output, json_file(args)], inputs=[args.program])
     if args.report:
         from ..report.folder import check_report_dir
         check_report_dir(args.report)
@@ -320,20 +322,26 @@ def top_functions_cell(top: list[tuple[str, float]]) -> str:
     return ", ".join(shown) or "-"
 
 
+def json_file(args) -> str | None:
+    """The file ``--json FILE`` names; None for none or for stderr."""
+    return args.json if args.json not in (None, "-") else None
+
+
 def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
            functions: PhaseFunctions) -> None:
+    """The summary, on stderr or in ``--json FILE``: stdout is the command's."""
     tops = [functions.top(row["phase"], TOP_FUNCTIONS) for row in summary.table()]
     if args.json:
         result = {**run_info, **summary_dict(summary, pipeline, None)}
         result.pop("ari")
         for row, top in zip(result["phases"], tops):
             row["top_functions"] = [{"name": name, "share": share} for name, share in top]
-        print(json.dumps(finite(result), indent=2))
+        write_json(args, json.dumps(finite(result), indent=2) + "\n")
         return
     from rich.markup import escape
 
     from ..report.tables import console, phase_table, summary_lines
-    out = console()
+    out = console(sys.stderr)
     if not out.is_terminal:
         out.width = max(out.width, PIPE_WIDTH)
     end = f"exit status {run_info['exit_status']}"
@@ -357,3 +365,15 @@ def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
                   f"{lost['queue']} in the agent's queue")
     if run_info["trace"]:
         out.print(f"trace: {run_info['trace']}")
+
+
+def write_json(args, text: str) -> None:
+    path = json_file(args)
+    if path is None:
+        sys.stderr.write(text)
+        return
+    out = open_output(path, inputs=[args.program])
+    out.stream.write(text)
+    out.close()
+    if out.failure:
+        raise UserError(out.failure)
