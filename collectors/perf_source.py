@@ -193,7 +193,10 @@ class PerfSource:
         try:
             group = self._open_group(name, (member,), self._threads[0], self.cpus[0])
         except OSError as exc:
-            if exc.errno in NO_EVENT:
+            # A member perf refuses (the msr PMU's counters count kernel time
+            # too, which perf_event_paranoid=2 forbids a user) is left out;
+            # the samples are still taken.
+            if exc.errno in NO_EVENT or exc.errno in (errno.EACCES, errno.EPERM):
                 self.not_opened[member] = (f"not in a group sampling {name}: " +
                                            pe.advice(exc, f"counting {member}",
                                                      virtual=read_cpuinfo().hypervisor))
