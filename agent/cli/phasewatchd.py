@@ -8,8 +8,10 @@ import os
 import sys
 
 from .. import __version__
+from ..daemon.config import DETECTORS
 from ..daemon.service import DEFAULT_CONFIG, Daemon, load_config, log
 from ..errors import UserError
+from .arguments import RECORDED, add_detector_arguments
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--zmq-samples", action="store_true",
                    help="also publish raw sample batches (topics sample.<cpu>)")
     p.add_argument("--record", metavar="DIR", help="write the raw samples as traces in DIR")
+    add_detector_arguments(p, output=False, names=DETECTORS,
+                           default="the config's; with --replay " + RECORDED)
     return p
 
 

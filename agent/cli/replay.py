@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..console import warn
-from ..core.settings import detector_params, pipeline_of
+from ..core.settings import detector_params, pipeline_of, with_detection
 from ..errors import UserError
 from ..formats import bbvfile
 from ..formats.labellings import read_labels
@@ -93,6 +93,7 @@ def replay(args, trace: str, output: str | None, cpu: int | None = None) -> int:
 def replay_bb(args, trace: str, output: str | None, labels) -> int:
     """A SimPoint .bb file, classified by the bbv detector."""
     from ..simpoint import bbvreplay
+    args = with_detection(args)
     bbvreplay.check_detector(args.detector)
     params = replace(detector_params(args), detector="bbv")
     parts, detector = bbvreplay.classify_bb(trace, params)

@@ -27,7 +27,7 @@ from ..live.phase_functions import PhaseFunctions
 from ..live.symbols import Mapping, Symbolizer
 from ..report.figure import FigureRecorder, PhaseFigure, with_truth
 from ..report.folder import phase_rows, write_report
-from .arguments import add_detector_arguments
+from .arguments import SAMPLE_DETECTORS, add_detector_arguments
 
 
 def add_arguments(parser) -> None:
@@ -41,7 +41,7 @@ def add_arguments(parser) -> None:
                              "SimPoint labels (a line per interval, the label first)")
     parser.add_argument("--base-mhz", type=float, metavar="MHZ",
                         help="base frequency for a CSV trace (default: its TSC rate)")
-    add_detector_arguments(parser, output=False)
+    add_detector_arguments(parser, output=False, names=SAMPLE_DETECTORS)
 
 
 def run(args) -> int:

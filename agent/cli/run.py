@@ -37,14 +37,15 @@ from ..console import warn
 from ..core.batch import ID_RANGES, RAW_DTYPES, SampleBatch
 from ..core.params import (HistogramParams, IntervalParams, Params, histogram_params_of,
                            interval_params_of)
-from ..core.settings import choose_detector, detector_params, interval_params
+from ..core.settings import (choose_detector, detection_dict, detector_params, interval_params,
+                             with_detection)
 from ..errors import UserError
 from ..formats import metadata as md
 from ..formats.outputs import check_outputs, open_output
 from ..formats.results import finite, summary_dict
 from ..live.child import Child, resolve_command
 from ..live.loop import SourceThread
-from .arguments import add_detector_arguments, number
+from .arguments import SAMPLE_DETECTORS, add_detector_arguments, number
 
 # CMD execs as soon as its perf events are open; numba, the kernels, pyarrow,
 # rich and the ELF reader load after, on a thread and in watch(), while the
@@ -89,7 +90,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--msr-path", default=msr.DEFAULT_PATH, metavar="TEMPLATE",
                         help="MSR device path, {cpu} replaced by the CPU number "
                              f"(default {msr.DEFAULT_PATH})")
-    add_detector_arguments(parser)
+    add_detector_arguments(parser, names=SAMPLE_DETECTORS, default="")
     parser.add_argument("--record", metavar="TRACE",
                         help="also write the raw samples to TRACE, for 'phasewatch replay'")
     parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
@@ -102,6 +103,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    args = with_detection(args)
     argv = command_of(args)
     check_arguments(args, argv)
     with Child.start(argv, cpu=args.cpu, pin=not args.no_pin) as child:
@@ -164,6 +166,7 @@ def watch(args, child: Child, source: Source) -> int:
             symbolizer = Symbolizer.from_pid(child.pid)
             meta = run_metadata(child, source, signals, interval, program_text_range(symbolizer))
             pipeline = pipeline_for(meta, args, detector)
+            meta["detection"] = detection_dict(pipeline.params.detector)
             maps = ProcessMappings(child.pid, pipeline, record=args.record, just_execd=True)
             figure = observe_figure(pipeline) if args.report else None
             functions = PhaseFunctions(symbolizer)
