@@ -161,7 +161,7 @@ def watch(args, child: Child, source: Source) -> int:
             from ..live.phase_functions import PhaseFunctions
             from ..live.process_maps import ProcessMappings
             from ..live.status import StatusLine
-            from ..live.symbols import Symbolizer
+            from ..live.symbols import Symbolizer, TreeSymbolizer
             sinks.append(PhaseSummary())
             symbolizer = Symbolizer.from_pid(child.pid)
             meta = run_metadata(child, source, signals, interval, program_text_range(symbolizer))
@@ -169,14 +169,16 @@ def watch(args, child: Child, source: Source) -> int:
             meta["detection"] = detection_dict(pipeline.params.detector)
             maps = ProcessMappings(child.pid, pipeline, record=args.record, just_execd=True)
             figure = observe_figure(pipeline) if args.report else None
-            functions = PhaseFunctions(symbolizer)
+            tree = TreeSymbolizer(symbolizer)
+            functions = PhaseFunctions(tree)
             sinks += [JsonLinesSink(out.stream)] if out else []
             trace = (TraceWriter(args.record, meta, signals, inputs=[args.program])
                      if args.record else None)
             status = StatusLine(os.path.basename(child.argv[0]))
             live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
                            status=status, lost_samples=lambda: source.stats()["lost_samples"],
-                           every_second=symbolizer.snapshot, taps=[maps.before_feed])
+                           every_second=tree.snapshot,
+                           taps=[maps.before_feed, functions.take_threads])
             with status:
                 live.run()
             exit_status = child.wait()
