@@ -43,8 +43,9 @@ from ..errors import UserError
 from ..formats import metadata as md
 from ..formats.outputs import check_outputs, open_output
 from ..formats.results import finite, summary_dict
-from ..live.child import Child, resolve_command
+from ..live.child import Child, allowed_cpus, resolve_command
 from ..live.loop import SourceThread
+from ..live.pinning import PinWhileSingleThreaded
 from .arguments import SAMPLE_DETECTORS, add_detector_arguments, number
 
 # CMD execs as soon as its perf events are open; numba, the kernels, pyarrow,
@@ -155,6 +156,7 @@ def watch(args, child: Child, source: Source) -> int:
             kernels.start()
             child.release()
             feed = SourceThread(source.batches()).start()
+            pinning = PinWhileSingleThreaded(child.pid, child.cpu, allowed_cpus(), warn).start()
             from ..formats.results import JsonLinesSink, PhaseSummary
             from ..formats.trace import TraceWriter
             from ..live.loop import LiveRun
@@ -178,10 +180,11 @@ def watch(args, child: Child, source: Source) -> int:
             live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
                            status=status, lost_samples=lambda: source.stats()["lost_samples"],
                            every_second=tree.snapshot,
-                           taps=[maps.before_feed, functions.take_threads])
+                           taps=[maps.before_feed, functions.take_threads, pinning])
             with status:
                 live.run()
             exit_status = child.wait()
+            pinning.stop()
             live.finish()
             for sink in sinks:
                 sink.close()
