@@ -49,12 +49,15 @@ def run(args) -> int:
 
 
 def trace_paths(given: list[str]) -> list[str]:
-    """The traces named, a folder standing for the files in it, in name order."""
+    """The traces named, a folder standing for the recordings in it (each
+    trace's side table goes with it), in name order."""
+    from ..formats.tracefiles import is_recording
     paths = []
     for path in given:
         if os.path.isdir(path):
             inside = sorted(os.path.join(path, name) for name in os.listdir(path)
-                            if not name.startswith(".") and os.path.isfile(os.path.join(path, name)))
+                            if not name.startswith(".") and os.path.isfile(os.path.join(path, name))
+                            and is_recording(os.path.join(path, name)))
             if not inside:
                 raise UserError(f"{path}: a folder with no traces in it")
             paths += inside
