@@ -25,6 +25,7 @@ from ..formats.results import adjusted_rand_index
 from ..formats.tracefiles import open_trace
 from ..live.phase_functions import PhaseFunctions
 from ..live.symbols import Mapping, Symbolizer
+from ..report.code_entries import CodeEntries
 from ..report.figure import FigureRecorder, PhaseFigure, with_truth
 from ..report.folder import phase_rows, write_report
 from .arguments import SAMPLE_DETECTORS, add_detector_arguments
@@ -54,7 +55,12 @@ def run(args) -> int:
         recorder = FigureRecorder(pipeline.params, pipeline.layout.bounds, pipeline.used)
         pipeline.observe_profiles(recorder)
         functions = PhaseFunctions(symbolizer_of(meta)) if meta.get("mappings") else None
+        entries = CodeEntries(pipeline, functions.symbolizer) if functions else None
+        if entries is not None:
+            recorder.name_entries = entries.names
         for batch in source.batches():
+            if entries is not None:
+                entries.add(batch)
             intervals = pipeline.feed(batch)
             if functions is not None and "ip" in batch:
                 functions.add(batch["ip"], intervals)

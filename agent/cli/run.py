@@ -170,9 +170,9 @@ def watch(args, child: Child, source: Source) -> int:
             pipeline = pipeline_for(meta, args, detector)
             meta["detection"] = detection_dict(pipeline.params.detector)
             maps = ProcessMappings(child.pid, pipeline, record=args.record, just_execd=True)
-            figure = observe_figure(pipeline) if args.report else None
             tree = TreeSymbolizer(symbolizer)
             functions = PhaseFunctions(tree)
+            figure, entries = observe_figure(pipeline, tree) if args.report else (None, None)
             sinks += [JsonLinesSink(out.stream)] if out else []
             trace = (TraceWriter(args.record, meta, signals, inputs=[args.program])
                      if args.record else None)
@@ -180,7 +180,8 @@ def watch(args, child: Child, source: Source) -> int:
             live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
                            status=status, lost_samples=lambda: source.stats()["lost_samples"],
                            every_second=tree.snapshot,
-                           taps=[maps.before_feed, functions.take_threads, pinning])
+                           taps=[maps.before_feed, functions.take_threads, pinning,
+                                 *([entries.add] if entries else [])])
             with status:
                 live.run()
             exit_status = child.wait()
@@ -216,11 +217,15 @@ def watch(args, child: Child, source: Source) -> int:
     return exit_status
 
 
-def observe_figure(pipeline: Pipeline):
+def observe_figure(pipeline: Pipeline, symbolizer):
+    """The figure's recorder, and what labels its code-signature rows."""
+    from ..report.code_entries import CodeEntries
     from ..report.figure import FigureRecorder
     recorder = FigureRecorder(pipeline.params, pipeline.layout.bounds, pipeline.used)
     pipeline.observe_profiles(recorder)
-    return recorder
+    entries = CodeEntries(pipeline, symbolizer)
+    recorder.name_entries = entries.names
+    return recorder, entries
 
 
 def draw(out_dir: str, recorder, functions: PhaseFunctions, run_info: dict) -> None:
