@@ -59,6 +59,8 @@ if TYPE_CHECKING:
     from ..live.symbols import Symbolizer
 
 SAMPLE_RATE_HZ = 1000
+#: perf's own default ceiling (kernel.perf_event_max_sample_rate).
+MAX_RATE_HZ = 100_000
 #: The agent wakes every this many samples per CPU ring (or every POLL_MS),
 #: about twice a second at 1 kHz.  Each wake-up has a fixed cost that
 #: dominates the agent's CPU time (1.2 % of a core at 64 samples, 0.45 % at 256,
@@ -88,6 +90,12 @@ def add_arguments(parser) -> None:
                         help="where samples come from: the kernel module, the MSRs (with perf "
                              "for IPs), or perf alone; auto takes the first of these that "
                              "'phasewatch probe' finds (default auto)")
+    parser.add_argument("-F", "--freq", type=number(int, 1, MAX_RATE_HZ), default=SAMPLE_RATE_HZ,
+                        metavar="HZ", help=f"samples per second of CMD's CPU time, as perf's -F "
+                                           f"(default {SAMPLE_RATE_HZ}, at most {MAX_RATE_HZ})")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no status line, warnings or phase table: only errors (and "
+                             "what --json, --output, --record and --report write)")
     parser.add_argument("--msr-path", default=msr.DEFAULT_PATH, metavar="TEMPLATE",
                         help="MSR device path, {cpu} replaced by the CPU number "
                              f"(default {msr.DEFAULT_PATH})")
@@ -110,7 +118,7 @@ def run(args) -> int:
     with Child.start(argv, cpu=args.cpu, pin=not args.no_pin) as child:
         source = open_source(args.source, pid=child.pid,
                              cpus=[child.cpu] if child.cpu is not None else None,
-                             msr_path=args.msr_path, rate_hz=SAMPLE_RATE_HZ,
+                             msr_path=args.msr_path, rate_hz=args.freq,
                              enable_on_exec=True, wakeup=WAKEUP_SAMPLES, poll_ms=POLL_MS)
         try:
             return watch(args, child, source)
@@ -145,8 +153,9 @@ def check_arguments(args, argv: list[str]) -> None:
 
 def watch(args, child: Child, source: Source) -> int:
     signals = tuple(source.signals)
-    detector = choose_detector(args.detector, signals, warn)
-    interval = interval_params(args, IntervalParams(), signals, warn)
+    say = (lambda msg: None) if args.quiet else warn
+    detector = choose_detector(args.detector, signals, say)
+    interval = interval_params(args, IntervalParams(), signals, say)
     kernels = threading.Thread(target=warm_up, args=(child, args, detector, interval, signals),
                                name="phasewatch-kernels", daemon=True)
     out = open_output(args.output, inputs=[args.program], binary=True) if args.output else None
@@ -156,7 +165,7 @@ def watch(args, child: Child, source: Source) -> int:
             kernels.start()
             child.release()
             feed = SourceThread(source.batches()).start()
-            pinning = PinWhileSingleThreaded(child.pid, child.cpu, allowed_cpus(), warn).start()
+            pinning = PinWhileSingleThreaded(child.pid, child.cpu, allowed_cpus(), say).start()
             from ..formats.results import JsonLinesSink, PhaseSummary
             from ..formats.trace import TraceWriter
             from ..live.loop import LiveRun
@@ -176,7 +185,8 @@ def watch(args, child: Child, source: Source) -> int:
             sinks += [JsonLinesSink(out.stream)] if out else []
             trace = (TraceWriter(args.record, meta, signals, inputs=[args.program])
                      if args.record else None)
-            status = StatusLine(os.path.basename(child.argv[0]))
+            status = StatusLine(os.path.basename(child.argv[0]),
+                                enabled=False if args.quiet else None)
             live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
                            status=status, lost_samples=lambda: source.stats()["lost_samples"],
                            every_second=tree.snapshot,
@@ -335,6 +345,18 @@ def top_functions_cell(top: list[tuple[str, float]]) -> str:
     return ", ".join(shown) or "-"
 
 
+def source_line(source: str, not_taken: dict[str, str]) -> str:
+    """``source: perf; not taken: kmod, msr; not counted: cycles`` (the
+    reasons are in --json and in 'phasewatch probe')."""
+    sources = [name for name in not_taken if name in CHOICES]
+    counters = [name for name in not_taken if name not in CHOICES]
+    parts = [f"source: {source}"]
+    parts += [f"not taken: {', '.join(sources)}"] if sources else []
+    parts += [f"not counted: {', '.join(counters)}"] if counters else []
+    why = " (why: phasewatch probe)" if not_taken else ""
+    return "; ".join(parts) + why
+
+
 def json_file(args) -> str | None:
     """The file ``--json FILE`` names; None for none or for stderr."""
     return args.json if args.json not in (None, "-") else None
@@ -351,6 +373,8 @@ def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
             row["top_functions"] = [{"name": name, "share": share} for name, share in top]
         write_json(args, json.dumps(finite(result), indent=2) + "\n")
         return
+    if args.quiet:
+        return
     from rich.markup import escape
 
     from ..report.tables import console, phase_table, summary_lines
@@ -364,8 +388,7 @@ def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
               f"{pipeline.samples:,} samples, {summary.n_intervals} intervals "
               f"{pipeline.params.interval.describe()}, detector {run_info['detector']}, "
               f"threshold {pipeline.threshold:.3f}")
-    out.print(f"source: {run_info['source']}" + "".join(
-        f"; not {name}: {escape(why)}" for name, why in run_info["not_taken"].items()))
+    out.print(escape(source_line(run_info["source"], run_info["not_taken"])))
     if run_info["missing_signals"]:
         out.print("missing on this host: " + ", ".join(run_info["missing_signals"]))
     out.print(phase_table(summary, extra_columns={
