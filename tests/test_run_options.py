@@ -62,3 +62,22 @@ def test_an_unknown_option_points_to_the_commands_help(command):
     proc = phasewatch(command, "--no-such-option", "x")
     assert proc.returncode == 2
     assert proc.stderr.strip().endswith(f"(see phasewatch {command} --help)"), proc.stderr
+
+
+def test_output_ending_in_csv_writes_the_same_results_as_csv(abab, tmp_path):
+    import csv
+    jsonl, table = tmp_path / "r.jsonl", tmp_path / "r.csv"
+    trace = tmp_path / "t.arrow"
+    proc = phasewatch("run", "--interval-samples", "100", "--record", trace, "--output", table,
+                      "--", abab, "0.3")
+    assert proc.returncode == 0, proc.stderr
+    proc = phasewatch("replay", trace, "--output", jsonl)
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(table.read_text().splitlines()))
+    expected = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert len(rows) == len(expected) >= 5
+    for row, want in zip(rows, expected):
+        assert int(row["index"]) == want["index"] and int(row["phase"]) == want["phase"]
+        assert int(row["samples"]) == want["samples"]
+        assert row["new_phase"] == ("true" if want["new_phase"] else "false")
+        assert (row["distance"] == "") == (want["distance"] is None)

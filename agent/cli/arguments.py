@@ -78,4 +78,5 @@ def add_detector_arguments(parser, output: bool = True, names=detectors.NAMES,
                       help="end an interval every N samples instead (N ms of the "
                            "program's CPU time at 1 kHz, however busy the host)")
     if output:
-        parser.add_argument("--output", metavar="FILE", help="write one JSON object per interval")
+        parser.add_argument("--output", metavar="FILE", help="write the results, one per interval: "
+                                                            "CSV if FILE ends in .csv, else JSON Lines")

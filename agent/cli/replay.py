@@ -112,10 +112,10 @@ def write_results(parts, output: str | None, inputs: list, keep_phases: bool, fi
     ``output``, the JSON Lines results (complete, or discarded on an error);
     ``finish()`` gives the trailing partial interval, for the summary alone.
     Returns the summary and the output (None without one)."""
-    from ..formats.results import JsonLinesSink, PhaseSummary
+    from ..formats.results import PhaseSummary, results_sink
     summary = PhaseSummary(keep_phases=keep_phases)
     out = open_output(output, inputs=inputs, binary=True) if output else None
-    sinks = [summary] + ([JsonLinesSink(out.stream)] if out else [])
+    sinks = [summary] + ([results_sink(output, out.stream)] if out else [])
     try:
         for intervals in parts:
             for sink in sinks:

@@ -166,7 +166,7 @@ def watch(args, child: Child, source: Source) -> int:
             child.release()
             feed = SourceThread(source.batches()).start()
             pinning = PinWhileSingleThreaded(child.pid, child.cpu, allowed_cpus(), say).start()
-            from ..formats.results import JsonLinesSink, PhaseSummary
+            from ..formats.results import PhaseSummary, results_sink
             from ..formats.trace import TraceWriter
             from ..live.loop import LiveRun
             from ..live.phase_functions import PhaseFunctions
@@ -182,7 +182,7 @@ def watch(args, child: Child, source: Source) -> int:
             tree = TreeSymbolizer(symbolizer)
             functions = PhaseFunctions(tree)
             figure, entries = observe_figure(pipeline, tree) if args.report else (None, None)
-            sinks += [JsonLinesSink(out.stream)] if out else []
+            sinks += [results_sink(args.output, out.stream)] if out else []
             trace = (TraceWriter(args.record, meta, signals, inputs=[args.program])
                      if args.record else None)
             status = StatusLine(os.path.basename(child.argv[0]),
