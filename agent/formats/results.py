@@ -304,18 +304,27 @@ class PhaseSummary:
         """One row per phase: intervals, share of run time, CPI, voltage, frequency."""
         f = {n: i for i, n in enumerate(self.FIELDS)}
         total_time = self.total[f["duration_ns"]] or 1.0
+        total_instructions = self.total[f["instructions"]]
         rows = []
         for p, s in enumerate(self.sums[:self.n_phases]):
             rows.append({
                 "phase": p,
                 "intervals": int(s[f["intervals"]]),
                 "time_share": s[f["duration_ns"]] / total_time,
+                "instruction_share": (s[f["instructions"]] / total_instructions
+                                      if total_instructions else None),
                 "cpi": _mean(s[f["cpi_sum"]], s[f["cpi_n"]]),
                 "cpi_cov": _cov(s[f["cpi_sum"]], s[f["cpi_sq"]], s[f["cpi_n"]]),
                 "voltage_mv": _mean(s[f["volt_sum"]], s[f["volt_n"]]),
                 "pfreq_mhz": _mean(s[f["pfreq_sum"]], s[f["pfreq_n"]]),
             })
         return rows
+
+    @property
+    def timed(self) -> bool:
+        """Whether the intervals have durations (a .bb file's have only
+        instruction counts: its phases' shares are of instructions)."""
+        return bool(self.total[self.FIELDS.index("duration_ns")])
 
     def run_cov(self) -> float:
         f = {n: i for i, n in enumerate(self.FIELDS)}
