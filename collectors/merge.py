@@ -164,6 +164,12 @@ class MergedSource:
                 "register_readings_lost": second["lost_samples"],
                 "errors": first["errors"] + second["errors"]}
 
+    def stop(self) -> None:
+        """End the stream soon, where the parts can stop (an attached watch interrupted)."""
+        for part in (self.primary, self.secondary):
+            if hasattr(part, "stop"):
+                part.stop()
+
     def close(self) -> None:
         self.primary.close()
         self.secondary.close()

@@ -275,6 +275,10 @@ class PerfSource:
         except OSError:
             return True
 
+    def stop(self) -> None:
+        """End :meth:`batches` within ``poll_ms`` (an attached watch interrupted)."""
+        self._ended = True
+
     def stats(self) -> dict[str, int]:
         return {"samples": self.samples, "lost_samples": self.lost, "errors": 0,
                 "throttled": self.throttled}

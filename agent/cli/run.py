@@ -43,6 +43,7 @@ from ..errors import UserError
 from ..formats import metadata as md
 from ..formats.outputs import check_outputs, open_output
 from ..formats.results import finite, summary_dict
+from ..live.attach import Attached
 from ..live.child import Child, allowed_cpus, resolve_command
 from ..live.loop import SourceThread
 from ..live.pinning import PinWhileSingleThreaded
@@ -86,6 +87,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cpu", type=number(int, 0, ID_RANGES["cpu"][1]), metavar="N",
                         help="pin CMD to CPU N (default: the least loaded CPU)")
     parser.add_argument("--no-pin", action="store_true", help="let CMD run on any CPU")
+    parser.add_argument("-p", "--pid", type=number(int, 1, ID_RANGES["tid"][1]), metavar="PID",
+                        help="watch the running process PID (and its threads and new children) "
+                             "instead of starting CMD, until it ends or Ctrl-C, as perf's -p")
     parser.add_argument("--source", choices=CHOICES, default="auto",
                         help="where samples come from: the kernel module, the MSRs (with perf "
                              "for IPs), or perf alone; auto takes the first of these that "
@@ -113,8 +117,10 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     args = with_detection(args)
+    if args.pid is not None:
+        return attach(args)
     argv = command_of(args)
-    check_arguments(args, argv)
+    check_arguments(args, resolve_command(argv[0]))
     with Child.start(argv, cpu=args.cpu, pin=not args.no_pin) as child:
         source = open_source(args.source, pid=child.pid,
                              cpus=[child.cpu] if child.cpu is not None else None,
@@ -127,24 +133,39 @@ def run(args) -> int:
                 child.stop(signal.SIGKILL, grace=0)
 
 
-def command_of(args) -> list[str]:
+def attach(args) -> int:
+    """``run --pid PID``: watch a running process, started by someone else."""
+    if command_of(args, required=False):
+        raise UserError("give --pid or a command after '--', not both")
+    if args.cpu is not None:
+        raise UserError("--cpu pins a command run starts: an attached process is not moved")
+    target = Attached(args.pid)
+    check_arguments(args, target.path)
+    source = open_source(args.source, pid=target.pid, cpus=None, msr_path=args.msr_path,
+                         rate_hz=args.freq, enable_on_exec=False, wakeup=WAKEUP_SAMPLES,
+                         poll_ms=POLL_MS)
+    return watch(args, target, source)
+
+
+def command_of(args, required: bool = True) -> list[str]:
     argv = list(args.argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
-    if not argv:
-        raise UserError("no command given: put it after '--', e.g. phasewatch run -- ./prog ARGS")
+    if not argv and required:
+        raise UserError("no command given: put it after '--', e.g. phasewatch run -- ./prog ARGS "
+                        "(or attach to a running process with --pid PID)")
     return argv
 
 
-def check_arguments(args, argv: list[str]) -> None:
-    """Reject bad options, a missing command and outputs that would destroy
-    a file before anything is started or written."""
+def check_arguments(args, program: str | None) -> None:
+    """Reject bad options and outputs that would destroy a file (``program``,
+    the watched executable, among them) before anything is started or written."""
     if args.cpu is not None and args.no_pin:
         raise UserError("--cpu and --no-pin contradict each other: give one of them")
     detector_params(args)
     msr.device_path(args.msr_path, 0)
     interval_params(args, IntervalParams(), ("instructions",), warn=lambda msg: None)
-    args.program = resolve_command(argv[0])
+    args.program = program
     check_outputs([args.record, args.output, json_file(args)], inputs=[args.program])
     if args.report:
         from ..report.folder import check_report_dir
@@ -192,6 +213,8 @@ def watch(args, child: Child, source: Source) -> int:
                            every_second=tree.snapshot,
                            taps=[maps.before_feed, functions.take_threads, pinning,
                                  *([entries.add] if entries else [])])
+            if isinstance(child, Attached):
+                child.on_interrupt += [live.stop, getattr(source, "stop", lambda: None)]
             with status:
                 live.run()
             exit_status = child.wait()
