@@ -47,6 +47,7 @@ from ..live.attach import Attached
 from ..live.child import Child, allowed_cpus, resolve_command
 from ..live.loop import SourceThread
 from ..live.pinning import PinWhileSingleThreaded
+from ..live.relay import TerminalRelay, wanted as relay_wanted
 from .arguments import SAMPLE_DETECTORS, add_detector_arguments, number
 
 # CMD execs as soon as its perf events are open; numba, the kernels, pyarrow,
@@ -121,13 +122,17 @@ def run(args) -> int:
         return attach(args)
     argv = command_of(args)
     check_arguments(args, resolve_command(argv[0]))
-    with Child.start(argv, cpu=args.cpu, pin=not args.no_pin) as child:
+    relay = TerminalRelay() if relay_wanted() and not args.quiet else None
+    with Child.start(argv, cpu=args.cpu, pin=not args.no_pin,
+                     stdio=relay.slaves if relay else None) as child:
+        if relay:
+            relay.started()
         source = open_source(args.source, pid=child.pid,
                              cpus=[child.cpu] if child.cpu is not None else None,
                              msr_path=args.msr_path, rate_hz=args.freq,
                              enable_on_exec=True, wakeup=WAKEUP_SAMPLES, poll_ms=POLL_MS)
         try:
-            return watch(args, child, source)
+            return watch(args, child, source, relay)
         finally:
             if child.returncode is None:
                 child.stop(signal.SIGKILL, grace=0)
@@ -172,7 +177,7 @@ def check_arguments(args, program: str | None) -> None:
         check_report_dir(args.report)
 
 
-def watch(args, child: Child, source: Source) -> int:
+def watch(args, child: Child, source: Source, relay: TerminalRelay | None = None) -> int:
     signals = tuple(source.signals)
     say = (lambda msg: None) if args.quiet else warn
     detector = choose_detector(args.detector, signals, say)
@@ -185,6 +190,8 @@ def watch(args, child: Child, source: Source) -> int:
         with child.forward_signals() as forwarder:
             kernels.start()
             child.release()
+            if relay:
+                relay.start()
             feed = SourceThread(source.batches()).start()
             pinning = PinWhileSingleThreaded(child.pid, child.cpu, allowed_cpus(), say).start()
             from ..formats.results import PhaseSummary, results_sink
@@ -206,8 +213,7 @@ def watch(args, child: Child, source: Source) -> int:
             sinks += [results_sink(args.output, out.stream)] if out else []
             trace = (TraceWriter(args.record, meta, signals, inputs=[args.program])
                      if args.record else None)
-            status = StatusLine(os.path.basename(child.argv[0]),
-                                enabled=False if args.quiet else None)
+            status = StatusLine(os.path.basename(child.argv[0]), enabled=relay is not None)
             live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
                            status=status, lost_samples=lambda: source.stats()["lost_samples"],
                            every_second=tree.snapshot,
@@ -216,8 +222,12 @@ def watch(args, child: Child, source: Source) -> int:
             if isinstance(child, Attached):
                 child.on_interrupt += [live.stop, getattr(source, "stop", lambda: None)]
             with status:
+                if relay:
+                    relay.write = status.write_above
                 live.run()
-            exit_status = child.wait()
+                exit_status = child.wait()
+                if relay:
+                    relay.stop()
             pinning.stop()
             live.finish()
             for sink in sinks:
@@ -226,6 +236,8 @@ def watch(args, child: Child, source: Source) -> int:
     finally:
         if child.returncode is None:
             child.stop(signal.SIGKILL, grace=0)
+        if relay:
+            relay.stop(timeout=0)
         if feed is None or feed.join(timeout=5.0):
             source.close()  # never under a reader still inside it
         close_outputs([out, trace], commit=finished)
