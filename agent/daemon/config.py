@@ -49,8 +49,9 @@ class Config:
     curve_secret_key: str | None = None
     curve_authorized_keys: str | None = None
     record: str | None = None
-    #: The detection settings given on the command line (over a replay's recorded ones).
-    flags_given: frozenset[str] = frozenset()
+    #: The detection settings the file or the command line set (over a replay's
+    #: recorded ones).
+    given: frozenset[str] = frozenset()
 
     @property
     def metrics_address(self) -> tuple[str, int] | None:
@@ -188,7 +189,8 @@ def from_dict(doc: dict, path: str = "config") -> Config:
             if problem:
                 raise UserError(f"{path}: [{table}] {key} = {value!r}: {problem}")
             values[name] = tuple(value) if isinstance(value, list) else value
-    return check(replace(Config(), **values), path)
+    given = frozenset(values) & set(DETECTION_FLAGS + INTERVAL_FLAGS)
+    return check(replace(Config(), **values, given=given), path)
 
 
 def check(config: Config, where: str = "config") -> Config:
@@ -216,7 +218,7 @@ def detection_flags(args) -> dict:
     length over the file's interval of any kind."""
     given = {name: getattr(args, name) for name in DETECTION_FLAGS + INTERVAL_FLAGS
              if getattr(args, name, None) is not None}
-    changes = dict(given, flags_given=frozenset(given))
+    changes = dict(given, given=frozenset(given))
     if given.keys() & set(INTERVAL_FLAGS):
         changes.update({name: given.get(name) for name in INTERVAL_FLAGS})
     return changes
@@ -224,13 +226,11 @@ def detection_flags(args) -> dict:
 
 def for_recording(config: Config, meta: dict) -> Config:
     """The settings to replay a trace with: those its recording used (its
-    ``detection`` and ``interval`` metadata) over the file's, the command
-    line's over both."""
+    ``detection`` and ``interval`` metadata) where neither the file nor the
+    command line sets them."""
     recorded = meta.get("detection") or {}
     changes = {name: recorded[name] for name in DETECTION_FLAGS
-               if name in recorded and name not in config.flags_given}
-    if not config.flags_given & set(INTERVAL_FLAGS):
-        changes.update(dict.fromkeys(INTERVAL_FLAGS))    # the trace's interval
+               if name in recorded and name not in config.given}
     return replace(config, **changes)
 
 
@@ -249,7 +249,8 @@ def with_flags(config: Config, args) -> Config:
         changes["record"] = args.record
     if args.zmq_samples:
         changes["zmq_samples"] = True
-    changes.update(detection_flags(args))
+    flags = detection_flags(args)
+    changes.update(flags, given=config.given | flags["given"])
     config = replace(config, **changes)
     for flag, value in (("--metrics", config.metrics),):
         if value and _address(value):
