@@ -1,6 +1,8 @@
 """``phasewatch run -- CMD``: start a command, watch it, and tell its phases.
 
-CMD is started paused before exec (pinned to one CPU unless ``--no-pin``), the
+CMD is started paused before exec (pinned to one CPU unless ``--no-pin``, while
+it runs one thread at a time: :mod:`phasewatch.live.pinning`), or a running
+process is attached to with ``--pid`` (:mod:`phasewatch.live.attach`); the
 source ``--source`` names is opened for it from the registry of sources
 (:mod:`phasewatch.collectors.registry`: perf sampling events attached with
 enable-on-exec and inherited by its threads and children, with the MSR
@@ -11,7 +13,10 @@ recorded trace, so a recording replays to the same phases.
 
 Where the host counts no retired instructions (no hardware PMU), intervals end
 on time instead; where it has no voltage or productive frequency (no MSRs),
-the ``vpf`` detector gives way to ``vpf-ip``.  Both are said once at start.
+the ``vpf`` detector gives way to ``vpf-ip``.  Both are said once at start,
+and recorded in the trace, so that a replay takes them by default.
+
+stdout stays CMD's: the summary goes to stderr, or to ``--json FILE``.
 
 With a process target the instruction and cycle counts in the samples are
 per thread, so the trace says ``counter_scope: thread`` and the decoder takes
