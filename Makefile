@@ -15,7 +15,10 @@ AOT       := agent/core/_kernels_aot.json
 
 SPEEDSCOPE := $(VENV)/node_modules/speedscope/dist/release/index.html
 
-install: $(STAMP_PIP) $(AOT) $(SPEEDSCOPE)
+SHARE     := $(VENV)/share
+MANPAGES  := $(SHARE)/man/man1/phasewatch.1
+
+install: $(STAMP_PIP) $(AOT) $(SPEEDSCOPE) $(MANPAGES)
 
 $(STAMP_APT): $(APT_LIST)
 	apt-get update -q -o DPkg::Lock::Timeout=900
@@ -27,7 +30,7 @@ $(STAMP_APT): $(APT_LIST)
 # --system-site-packages lets the venv see Debian's python-perf bindings (import perf).
 $(STAMP_PIP): $(STAMP_APT) setup.cfg pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dashboards]'
+	$(PY) -m pip install -q -e '.[test,dashboards,docs]'
 	$(PY) -c "import perf, numba, numpy, zmq, prometheus_client, psutil, pyarrow"
 	touch $@
 
@@ -47,6 +50,11 @@ $(AOT): $(STAMP_PIP) $(wildcard agent/*.py agent/*/*.py collectors/*.py)
 	$(PY) -m phasewatch.cli.aot_build
 	$(PY) -m compileall -q agent collectors
 
+# A man page per command and bash completion, generated from the parsers, in
+# the venv's share/ (man and bash-completion find them from .venv/bin on PATH).
+$(MANPAGES): $(STAMP_PIP) $(wildcard agent/cli/*.py)
+	$(PY) -m phasewatch.cli.manpages $(SHARE)
+
 # The daemon as a system service: a venv of its own in PREFIX (a checkout under
 # /root or /home is hidden from the service by ProtectHome), the unit, the
 # default config (an existing one is kept) and the modules to load at boot.
@@ -56,8 +64,9 @@ SYSCONF   ?= /etc
 
 install-system: install install-system-files
 	/usr/bin/python3 -m venv --system-site-packages $(DESTDIR)$(PREFIX)
-	$(DESTDIR)$(PREFIX)/bin/pip install -q .
+	$(DESTDIR)$(PREFIX)/bin/pip install -q '.[docs]'
 	$(DESTDIR)$(PREFIX)/bin/python -m phasewatch.cli.aot_build
+	$(DESTDIR)$(PREFIX)/bin/python -m phasewatch.cli.manpages $(DESTDIR)$(PREFIX)/share
 	if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null; then systemctl daemon-reload; fi
 
 install-system-files:

@@ -82,6 +82,15 @@ class PerfChecks:
                        f"perf sampling of cpu-clock (cycles: {why_cycles})", "1 kHz")
         return Row("instruction pointer", "ip", False, reason=why_clock)
 
+    def msr_pmu_in_process(self, name: str) -> str | None:
+        """None if the msr PMU's ``name`` opens for this process, as the agent
+        adds it to a process's samples; else the reason not."""
+        ptype = pe.pmu_type(perf_msr.PMU, self.sys_root)
+        event = pe.pmu_events(perf_msr.PMU, self.sys_root).get(perf_msr.EVENT_COLUMNS[name])
+        if ptype is None or event is None:
+            return f"perf msr PMU has no {name} event on this CPU"
+        return self._try(pe.Attr(ptype, event))
+
     def msr_pmu(self, name: str) -> tuple[int | None, str]:
         """A first reading of the msr PMU's event on this CPU, or the reason not."""
         if pe.pmu_type(perf_msr.PMU, self.sys_root) is None:

@@ -155,10 +155,20 @@ class MergedSource:
         return asof_join(rows, self._regs, self.columns, self.tolerance_ns)
 
     def stats(self) -> dict[str, int]:
+        """The rows are the primary's, so its losses are the stream's; readings
+        the secondary missed (a late tick) only leave rows without registers,
+        and are counted apart."""
         first, second = self.primary.stats(), self.secondary.stats()
         return {"samples": self._samples,
-                "lost_samples": first["lost_samples"] + second["lost_samples"],
+                "lost_samples": first["lost_samples"],
+                "register_readings_lost": second["lost_samples"],
                 "errors": first["errors"] + second["errors"]}
+
+    def stop(self) -> None:
+        """End the stream soon, where the parts can stop (an attached watch interrupted)."""
+        for part in (self.primary, self.secondary):
+            if hasattr(part, "stop"):
+                part.stop()
 
     def close(self) -> None:
         self.primary.close()

@@ -29,6 +29,16 @@ def available_columns(sys_root: str = "/sys") -> tuple[str, ...]:
     return tuple(c for c, e in EVENT_COLUMNS.items() if e in events)
 
 
+def refusal(cpu: int, columns, sys_root: str = "/sys") -> str | None:
+    """None if ``columns`` open CPU-wide on ``cpu`` (perf_event_paranoid
+    above 0 keeps them from a user), else the reason and fix."""
+    try:
+        PerfMsrReader([cpu], columns, sys_root).close()
+    except OSError as exc:
+        return pe.advice(exc, "counting CPU-wide")
+    return None
+
+
 class PerfMsrReader:
     """Counts ``columns`` on ``cpus``; ``read(out)`` fills (cpus, columns)."""
 

@@ -193,7 +193,10 @@ class PerfSource:
         try:
             group = self._open_group(name, (member,), self._threads[0], self.cpus[0])
         except OSError as exc:
-            if exc.errno in NO_EVENT:
+            # A member perf refuses (the msr PMU's counters count kernel time
+            # too, which perf_event_paranoid=2 forbids a user) is left out;
+            # the samples are still taken.
+            if exc.errno in NO_EVENT or exc.errno in (errno.EACCES, errno.EPERM):
                 self.not_opened[member] = (f"not in a group sampling {name}: " +
                                            pe.advice(exc, f"counting {member}",
                                                      virtual=read_cpuinfo().hypervisor))
@@ -271,6 +274,10 @@ class PerfSource:
                 return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
         except OSError:
             return True
+
+    def stop(self) -> None:
+        """End :meth:`batches` within ``poll_ms`` (an attached watch interrupted)."""
+        self._ended = True
 
     def stats(self) -> dict[str, int]:
         return {"samples": self.samples, "lost_samples": self.lost, "errors": 0,

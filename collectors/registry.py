@@ -208,8 +208,11 @@ def check_msr(host: Host) -> Offer:
     if readable:
         return Offer("msr", ("t_ns", "cpu") + readable, path)
     pmu = perf_msr.available_columns(host.sys_root)
-    if pmu:
+    refused = perf_msr.refusal(host.cpu, pmu, host.sys_root) if pmu else None
+    if pmu and refused is None:
         return Offer("msr", ("t_ns", "cpu") + pmu, f"perf msr PMU (MSR device: {reason})")
+    if refused:
+        return Offer("msr", reason=f"{reason}; perf msr PMU: {refused}")
     if regs:
         reason = "; ".join(msr.register_failure(n, v, path) for n, v in regs.items())
     return Offer("msr", reason=f"{reason}; no perf msr PMU either")
@@ -262,8 +265,9 @@ def check_perf(host: Host) -> Offer:
     if not ip.available:
         return Offer("perf", reason=ip.reason)
     counters = tuple(n for n in ("instructions", "cycles") if checks.counter_row(n).available)
-    return Offer("perf", IP_COLUMNS + counters + perf_msr.available_columns(host.sys_root),
-                 ip.source)
+    pmu = tuple(n for n in perf_msr.available_columns(host.sys_root)
+                if checks.msr_pmu_in_process(n) is None)
+    return Offer("perf", IP_COLUMNS + counters + pmu, ip.source)
 
 
 @check_perf.opener

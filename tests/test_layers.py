@@ -26,7 +26,7 @@ RANKS = {
 }
 #: Modules that start a program: the only ones that may import a command.
 ENTRY_POINTS = {"phasewatch.cli.main", "phasewatch.cli.__main__", "phasewatch.cli.phasewatchd",
-                "phasewatch.cli.aot_build"}
+                "phasewatch.cli.aot_build", "phasewatch.cli.manpages"}
 #: What the commands share, and so may import from one another.
 CLI_SHARED = {"phasewatch.cli.arguments"}
 #: Modules allowed at the top of agent/ besides __init__.py.

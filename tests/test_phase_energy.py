@@ -118,13 +118,14 @@ def test_run_gives_each_phase_its_joules_in_the_summary_and_the_profile(abab, tm
     zone = fake_tree(tmp_path / "powercap", range_uj)
     start_uj = range_uj - int(1.5 * watts * 1e6)
     with CounterWriter(zone, watts=watts, max_range_uj=range_uj, start_uj=start_uj) as writer:
-        proc = phasewatch("run", "--json", "--detector", "vpf-ip", "--interval-samples", 200,
+        proc = phasewatch("run", "--json", tmp_path / "summary.json",
+                          "--detector", "vpf-ip", "--interval-samples", 200,
                           "--powercap-root", tmp_path / "powercap", "--output",
                           tmp_path / "r.jsonl", "--pprof", tmp_path / "p.pb.gz",
                           "--record", tmp_path / "t.arrow", "--", abab, "1")
     assert proc.returncode == 0, proc.stderr
     assert start_uj + writer.total_uj > range_uj        # wrapped
-    summary = json.loads(proc.stdout)
+    summary = json.loads((tmp_path / "summary.json").read_text())
     rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     last_end_unix_ns = rows[-1]["t_end_ns"] + summary["realtime_offset_ns"]   # wall clock
     assert time.time_ns() - 120e9 < last_end_unix_ns < time.time_ns()

@@ -50,22 +50,23 @@ def taken_by_run(summary: dict) -> str:
     return summary["source"].split("+")[-1]
 
 
-def test_run_takes_what_probe_says_auto_takes_on_this_host():
+def test_run_takes_what_probe_says_auto_takes_on_this_host(tmp_path):
     said = json.loads(phasewatch("probe", "--json").stdout)
-    proc = phasewatch("run", "--json", "--", sys.executable, "-c", BUSY)
+    proc = phasewatch("run", "--json", tmp_path / "s.json", "--", sys.executable, "-c", BUSY)
     assert proc.returncode == 0, proc.stderr
-    assert taken_by_run(json.loads(proc.stdout)) == said["auto"]
+    assert taken_by_run(json.loads((tmp_path / "s.json").read_text())) == said["auto"]
     assert {s["name"] for s in said["sources"]} == set(registry.REGISTRY)
 
 
-def test_auto_takes_the_msrs_of_a_fake_tree_in_probe_and_run(fake_msr):
+def test_auto_takes_the_msrs_of_a_fake_tree_in_probe_and_run(fake_msr, tmp_path):
     said = probe(msr_path=fake_msr)
     assert said["auto"] == "msr"
     msr_offer = {s["name"]: s for s in said["sources"]}["msr"]
     assert {"perf_status", "pperf", "mperf"} <= set(msr_offer["columns"])
-    proc = phasewatch("run", "--json", "--msr-path", fake_msr, "--", sys.executable, "-c", BUSY)
+    proc = phasewatch("run", "--json", tmp_path / "s.json", "--msr-path", fake_msr, "--",
+                      sys.executable, "-c", BUSY)
     assert proc.returncode == 0, proc.stderr
-    summary = json.loads(proc.stdout)
+    summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["source"] == "perf+msr"
     assert summary["detector"] == "vpf"
     assert "kmod" in summary["not_taken"]

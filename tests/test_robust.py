@@ -175,7 +175,7 @@ def test_run_recording_to_a_full_disk_still_prints_the_summary():
                            "/dev/full", "--", "sleep", "0.5"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "quality:" in proc.stdout and "trace: /dev/full" not in proc.stdout
+    assert "quality:" in proc.stderr and "trace: /dev/full" not in proc.stderr
     assert proc.stderr.splitlines()[-1] == \
         "phasewatch run: cannot write /dev/full: No space left on device"
 

@@ -105,12 +105,12 @@ def test_run_says_what_the_host_lacks_and_prints_the_phase_table(watched):
     reader = TraceReader(str(d / "t.arrow"))
     lacks = {"perf_status", "pperf", "instructions"} - set(reader.signals)
     reader.close()
-    assert ("missing on this host: " in proc.stdout) == bool(lacks)
+    assert ("missing on this host: " in proc.stderr) == bool(lacks)
     if "instructions" in lacks:
-        assert "instructions and cycles (CPI)" in proc.stdout
-    assert "phases" in proc.stdout and "top functions" in proc.stdout
-    assert "region_a" in proc.stdout.split("top functions", 1)[1]
-    assert "region_b" in proc.stdout.split("top functions", 1)[1]
+        assert "instructions and cycles (CPI)" in proc.stderr
+    assert "phases" in proc.stderr and "top functions" in proc.stderr
+    assert "region_a" in proc.stderr.split("top functions", 1)[1]
+    assert "region_b" in proc.stderr.split("top functions", 1)[1]
 
 
 def test_replay_of_the_recording_matches_the_live_run_interval_for_interval(watched, tmp_path):
@@ -123,10 +123,10 @@ def test_replay_of_the_recording_matches_the_live_run_interval_for_interval(watc
     assert results(replay_out) == live
 
 
-def test_json_summary_parses_and_names_the_top_functions(abab):
-    proc = phasewatch("run", "--json", "--", abab, "0.3")
+def test_json_summary_parses_and_names_the_top_functions(abab, tmp_path):
+    proc = phasewatch("run", "--json", tmp_path / "s.json", "--", abab, "0.3")
     assert proc.returncode == 0, proc.stderr
-    summary = json.loads(proc.stdout)
+    summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["exit_status"] == 0 and summary["intervals"] >= 3
     assert summary["samples"] > 0 and summary["phases"]
     missing = set(summary["missing_signals"])
@@ -144,7 +144,7 @@ def test_json_summary_parses_and_names_the_top_functions(abab):
 def test_a_command_killed_by_a_signal_exits_128_plus_the_signal():
     proc = phasewatch("run", "--no-pin", "--", "sh", "-c", "kill -TERM $$")
     assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
-    assert "exit status 143" in proc.stdout
+    assert "exit status 143" in proc.stderr
 
 
 def test_a_missing_command_exits_127_with_one_line():
@@ -186,7 +186,7 @@ def test_ctrl_c_stops_the_command_prints_the_summary_and_closes_the_trace(abab, 
     out, err = agent.communicate(timeout=TIMEOUT)
     assert time.monotonic() - started < 30, "the command was not stopped"
     assert agent.returncode == 130, err
-    assert "interrupted" in out and "phases" in out
+    assert "interrupted" in err and "phases" in err
     reader = TraceReader(str(trace))
     rows = sum(len(b) for b in reader.batches())
     assert not reader.truncated and rows > 500

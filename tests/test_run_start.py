@@ -14,10 +14,11 @@ TIMEOUT = 180
 
 def test_every_sample_from_exec_on_reaches_the_trace_and_the_pipeline(abab, tmp_path):
     trace = tmp_path / "t.arrow"
-    proc = subprocess.run([str(BIN), "run", "--json", "--record", str(trace), "--", str(abab), "0.4"],
+    proc = subprocess.run([str(BIN), "run", "--json", str(tmp_path / "s.json"), "--record",
+                           str(trace), "--", str(abab), "0.4"],
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
-    summary = json.loads(proc.stdout)
+    summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["samples_lost"] == {"ring": 0, "queue": 0}
     reader = TraceReader(str(trace))
     recorded = sum(len(b) for b in reader.batches())
@@ -28,8 +29,8 @@ def test_every_sample_from_exec_on_reaches_the_trace_and_the_pipeline(abab, tmp_
 
 
 def test_a_command_that_ends_at_once_is_watched_and_reported(tmp_path):
-    proc = subprocess.run([str(BIN), "run", "--json", "--", "/bin/true"],
+    proc = subprocess.run([str(BIN), "run", "--json", str(tmp_path / "s.json"), "--", "/bin/true"],
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
-    summary = json.loads(proc.stdout)
+    summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["exit_status"] == 0 and summary["intervals"] == 0

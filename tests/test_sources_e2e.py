@@ -99,11 +99,11 @@ def test_run_source_msr_samples_voltage_and_pfreq_and_finds_the_two_halves(fake_
     out, trace = tmp_path / "phases.jsonl", tmp_path / "run.arrow"
     # Wall-clock intervals: as many however much CPU a loaded host leaves the program.
     proc = subprocess.run([str(BIN), "run", "--source", "msr", "--msr-path", template,
-                           "--interval-ms", "100", "--json", "--output", str(out), "--record", str(trace), "--",
+                           "--interval-ms", "100", "--json", str(tmp_path / "s.json"), "--output", str(out), "--record", str(trace), "--",
                            sys.executable, "-c", WORKLOAD, str(flag), "2.0"],
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
-    summary = json.loads(proc.stdout)
+    summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["source"] == "perf+msr"
     assert summary["detector"] == "vpf"                       # the default, not vpf-ip
     assert {"perf_status", "aperf", "mperf", "pperf", "ip"} <= set(summary["signals"])

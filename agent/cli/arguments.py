@@ -36,22 +36,40 @@ def _article(kind: type) -> str:
     return "an integer" if kind is int else "a number"
 
 
-def add_detector_arguments(parser, output: bool = True) -> None:
-    parser.add_argument("--detector", choices=detectors.NAMES, default="vpf",
-                        help="vpf: voltage and productive frequency (the thesis); "
-                             "vpf-ip: also the code signature over all executable mappings; "
-                             "vpf-ip-fold: the thesis's 32-entry IP fold over .text instead; "
-                             "bbv: basic-block vectors (SimPoint .bb files, chosen for them)")
+#: The detectors for samples (a SimPoint .bb file takes bbv).
+SAMPLE_DETECTORS = tuple(name for name in detectors.NAMES if name != "bbv")
+
+DETECTOR_HELP = {
+    "vpf": "voltage and productive frequency (the thesis)",
+    "vpf-ip": "also the code signature over all executable mappings",
+    "vpf-ip-fold": "the thesis's 32-entry IP fold over .text instead",
+    "bbv": "basic-block vectors (SimPoint .bb files, chosen for them)",
+}
+
+
+#: How the defaults of the detection options read in a replaying command's --help.
+RECORDED = "what the trace records, else "
+
+
+def add_detector_arguments(parser, output: bool = True, names=detectors.NAMES,
+                           default: str = RECORDED) -> None:
+    """The detection options; ``names`` the detectors the command takes.
+    Unset options stay None, for a trace's recorded settings to fill
+    (:func:`phasewatch.core.settings.with_detection`); ``default`` says so
+    in the help."""
+    parser.add_argument("--detector", choices=names, default=None,
+                        help="; ".join(f"{name}: {DETECTOR_HELP[name]}" for name in names) +
+                             f" (default: {default}vpf)")
     parser.add_argument("--threshold", type=number(float, 0.0, 1.0, low_open=True),
-                        default=DEFAULT_THRESHOLD, metavar="X",
+                        default=None, metavar="X",
                         help="distance in (0, 1] under which an interval joins a phase "
-                             "(default %(default)s)")
-    parser.add_argument("--adaptive", action="store_true",
+                             f"(default: {default}{DEFAULT_THRESHOLD})")
+    parser.add_argument("--adaptive", action="store_true", default=None,
                         help="adapt the threshold online to the distances within phases")
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--interval-instructions", metavar="N",
                       type=number(int, 1, MAX_INTERVAL_INSTRUCTIONS),
-                      help="end an interval every N retired instructions (default 100M; "
+                      help=f"end an interval every N retired instructions (default: {default}100M; "
                            "at most 1e15)")
     size.add_argument("--interval-ms", metavar="MS",
                       type=number(float, MIN_INTERVAL_NS / 1e6, MAX_INTERVAL_NS / 1e6),
@@ -60,4 +78,5 @@ def add_detector_arguments(parser, output: bool = True) -> None:
                       help="end an interval every N samples instead (N ms of the "
                            "program's CPU time at 1 kHz, however busy the host)")
     if output:
-        parser.add_argument("--output", metavar="FILE", help="write one JSON object per interval")
+        parser.add_argument("--output", metavar="FILE", help="write the results, one per interval: "
+                                                            "CSV if FILE ends in .csv, else JSON Lines")

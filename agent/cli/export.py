@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from ..console import warn
 from ..errors import UserError
 from ..formats.bbvfile import read_bb
 from ..formats.labellings import Labelling, read_labelling
@@ -62,6 +63,10 @@ def write_simpoints(prefix: str, labels: np.ndarray, points: np.ndarray) -> tupl
 
 def run(args) -> int:
     labelling = read_labelling(args.simpoints)
+    if labelling.instruction_intervals is False and not args.bb:
+        warn(f"{args.simpoints}: its intervals are sample counts or times, not instructions "
+             f"(none were counted on the host that ran it), while SimPoint's simulation points "
+             f"and weights assume intervals of equal instruction counts: read them with care")
     labels = labelling.labels
     if (labels < 0).any():
         raise UserError(f"{args.simpoints}: negative phase labels: give complete intervals only")

@@ -29,10 +29,15 @@ COMMANDS = {
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with its errors in one line (the usage is one --help away)."""
+    """argparse, with its errors in one line (the usage is one --help away).
+    Options no parser took are found by the top parser, after the
+    subcommand's has run: they point to the subcommand's --help."""
+
+    chosen: str | None = None
 
     def error(self, message: str):
-        self.exit(2, one_line(f"{self.prog}: {message} (see {self.prog} --help)") + "\n")
+        prog = f"{self.prog} {self.chosen}" if self.chosen else self.prog
+        self.exit(2, one_line(f"{prog}: {message} (see {prog} --help)") + "\n")
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -42,6 +47,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = Parser(
         prog="phasewatch",
         description="Online program-phase detection from core voltage, frequency and IPs.")
+    parser.chosen = chosen
     parser.add_argument("--version", action="version", version=f"phasewatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, help_text in COMMANDS.items():

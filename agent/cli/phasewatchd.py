@@ -8,8 +8,10 @@ import os
 import sys
 
 from .. import __version__
+from ..daemon.config import DETECTORS
 from ..daemon.service import DEFAULT_CONFIG, Daemon, load_config, log
 from ..errors import UserError
+from .arguments import RECORDED, add_detector_arguments
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--powercap-root", metavar="DIR",
                    help="RAPL energy counters' folder, for energy per phase "
                         "(default /sys/class/powercap, used where readable)")
+    add_detector_arguments(p, output=False, names=DETECTORS,
+                           default="the config's; with --replay " + RECORDED)
     return p
 
 

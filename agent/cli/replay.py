@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..console import warn
-from ..core.settings import detector_params, pipeline_of
+from ..core.settings import detector_params, pipeline_of, with_detection
 from ..errors import UserError
 from ..formats import bbvfile
 from ..formats.labellings import read_labels
@@ -54,12 +54,15 @@ def run(args) -> int:
 
 
 def trace_paths(given: list[str]) -> list[str]:
-    """The traces named, a folder standing for the files in it, in name order."""
+    """The traces named, a folder standing for the recordings in it (each
+    trace's side table goes with it), in name order."""
+    from ..formats.tracefiles import is_recording
     paths = []
     for path in given:
         if os.path.isdir(path):
             inside = sorted(os.path.join(path, name) for name in os.listdir(path)
-                            if not name.startswith(".") and os.path.isfile(os.path.join(path, name)))
+                            if not name.startswith(".") and os.path.isfile(os.path.join(path, name))
+                            and is_recording(os.path.join(path, name)))
             if not inside:
                 raise UserError(f"{path}: a folder with no traces in it")
             paths += inside
@@ -126,6 +129,7 @@ def write_pprof(path: str, profile, meta: dict, trace: str, inputs: list) -> Non
 def replay_bb(args, trace: str, output: str | None, labels) -> int:
     """A SimPoint .bb file, classified by the bbv detector."""
     from ..simpoint import bbvreplay
+    args = with_detection(args)
     bbvreplay.check_detector(args.detector)
     params = replace(detector_params(args), detector="bbv")
     parts, detector = bbvreplay.classify_bb(trace, params)
@@ -141,10 +145,10 @@ def write_results(parts, output: str | None, inputs: list, keep_phases: bool, fi
     ``output``, the JSON Lines results (complete, or discarded on an error);
     ``finish()`` gives the trailing partial interval, for the summary alone.
     Returns the summary and the output (None without one)."""
-    from ..formats.results import JsonLinesSink, PhaseSummary
+    from ..formats.results import PhaseSummary, results_sink
     summary = PhaseSummary(keep_phases=keep_phases)
     out = open_output(output, inputs=inputs, binary=True) if output else None
-    sinks = [summary] + ([JsonLinesSink(out.stream)] if out else [])
+    sinks = [summary] + ([results_sink(output, out.stream)] if out else [])
     try:
         for intervals in parts:
             for sink in sinks:

@@ -25,9 +25,10 @@ from ..formats.results import adjusted_rand_index
 from ..formats.tracefiles import open_trace
 from ..live.phase_functions import PhaseFunctions
 from ..live.symbols import Symbolizer
+from ..report.code_entries import CodeEntries
 from ..report.figure import FigureRecorder, PhaseFigure, with_truth
 from ..report.folder import phase_rows, write_report
-from .arguments import add_detector_arguments
+from .arguments import SAMPLE_DETECTORS, add_detector_arguments
 
 
 def add_arguments(parser) -> None:
@@ -44,7 +45,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--diff", metavar="BASELINE",
                         help="add a section telling what changed since BASELINE, an earlier "
                              "trace of the same program (as 'phasewatch diff BASELINE TRACE')")
-    add_detector_arguments(parser, output=False)
+    add_detector_arguments(parser, output=False, names=SAMPLE_DETECTORS)
 
 
 def run(args) -> int:
@@ -57,7 +58,12 @@ def run(args) -> int:
         recorder = FigureRecorder(pipeline.params, pipeline.layout.bounds, pipeline.used)
         pipeline.observe_profiles(recorder)
         functions = PhaseFunctions(Symbolizer.from_metadata(meta)) if meta.get("mappings") else None
+        entries = CodeEntries(pipeline, functions.symbolizer) if functions else None
+        if entries is not None:
+            recorder.name_entries = entries.names
         for batch in source.batches():
+            if entries is not None:
+                entries.add(batch)
             intervals = pipeline.feed(batch)
             if functions is not None and "ip" in batch:
                 functions.add(batch["ip"], intervals)

@@ -1,6 +1,8 @@
 """``phasewatch run -- CMD``: start a command, watch it, and tell its phases.
 
-CMD is started paused before exec (pinned to one CPU unless ``--no-pin``), the
+CMD is started paused before exec (pinned to one CPU unless ``--no-pin``, while
+it runs one thread at a time: :mod:`phasewatch.live.pinning`), or a running
+process is attached to with ``--pid`` (:mod:`phasewatch.live.attach`); the
 source ``--source`` names is opened for it from the registry of sources
 (:mod:`phasewatch.collectors.registry`: perf sampling events attached with
 enable-on-exec and inherited by its threads and children, with the MSR
@@ -11,7 +13,10 @@ recorded trace, so a recording replays to the same phases.
 
 Where the host counts no retired instructions (no hardware PMU), intervals end
 on time instead; where it has no voltage or productive frequency (no MSRs),
-the ``vpf`` detector gives way to ``vpf-ip``.  Both are said once at start.
+the ``vpf`` detector gives way to ``vpf-ip``.  Both are said once at start,
+and recorded in the trace, so that a replay takes them by default.
+
+stdout stays CMD's: the summary goes to stderr, or to ``--json FILE``.
 
 With a process target the instruction and cycle counts in the samples are
 per thread, so the trace says ``counter_scope: thread`` and the decoder takes
@@ -24,6 +29,7 @@ import argparse
 import json
 import os
 import signal
+import sys
 import threading
 from typing import TYPE_CHECKING
 
@@ -36,14 +42,18 @@ from ..console import warn
 from ..core.batch import ID_RANGES, RAW_DTYPES, SampleBatch
 from ..core.params import (HistogramParams, IntervalParams, Params, histogram_params_of,
                            interval_params_of)
-from ..core.settings import choose_detector, detector_params, interval_params
+from ..core.settings import (choose_detector, detection_dict, detector_params, interval_params,
+                             with_detection)
 from ..errors import UserError
 from ..formats import metadata as md
 from ..formats.outputs import check_outputs, open_output
 from ..formats.results import finite, summary_dict
-from ..live.child import Child, resolve_command
+from ..live.attach import Attached
+from ..live.child import Child, allowed_cpus, resolve_command
 from ..live.loop import SourceThread
-from .arguments import add_detector_arguments, number
+from ..live.pinning import PinWhileSingleThreaded
+from ..live.relay import TerminalRelay, wanted as relay_wanted
+from .arguments import SAMPLE_DETECTORS, add_detector_arguments, number
 
 # CMD execs as soon as its perf events are open; numba, the kernels, pyarrow,
 # rich and the ELF reader load after, on a thread and in watch(), while the
@@ -56,6 +66,8 @@ if TYPE_CHECKING:
     from ..live.symbols import Symbolizer
 
 SAMPLE_RATE_HZ = 1000
+#: perf's own default ceiling (kernel.perf_event_max_sample_rate).
+MAX_RATE_HZ = 100_000
 #: The agent wakes every this many samples per CPU ring (or every POLL_MS),
 #: about twice a second at 1 kHz.  Each wake-up has a fixed cost that
 #: dominates the agent's CPU time (1.2 % of a core at 64 samples, 0.45 % at 256,
@@ -66,7 +78,7 @@ POLL_MS = 1000
 #: How long CMD runs before the kernels load (they take a third of a second of CPU).
 WARM_UP_AFTER_S = 0.1
 TOP_FUNCTIONS = 3
-#: Width of the table when stdout is a file or pipe (a terminal's own width otherwise).
+#: Width of the table when stderr is a file or pipe (a terminal's own width otherwise).
 PIPE_WIDTH = 120
 
 #: Signals of the design that a run may lack, and the raw columns each needs.
@@ -81,18 +93,28 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cpu", type=number(int, 0, ID_RANGES["cpu"][1]), metavar="N",
                         help="pin CMD to CPU N (default: the least loaded CPU)")
     parser.add_argument("--no-pin", action="store_true", help="let CMD run on any CPU")
+    parser.add_argument("-p", "--pid", type=number(int, 1, ID_RANGES["tid"][1]), metavar="PID",
+                        help="watch the running process PID (and its threads and new children) "
+                             "instead of starting CMD, until it ends or Ctrl-C, as perf's -p")
     parser.add_argument("--source", choices=CHOICES, default="auto",
                         help="where samples come from: the kernel module, the MSRs (with perf "
                              "for IPs), or perf alone; auto takes the first of these that "
                              "'phasewatch probe' finds (default auto)")
+    parser.add_argument("-F", "--freq", type=number(int, 1, MAX_RATE_HZ), default=SAMPLE_RATE_HZ,
+                        metavar="HZ", help=f"samples per second of CMD's CPU time, as perf's -F "
+                                           f"(default {SAMPLE_RATE_HZ}, at most {MAX_RATE_HZ})")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no status line, warnings or phase table: only errors (and "
+                             "what --json, --output, --record and --report write)")
     parser.add_argument("--msr-path", default=msr.DEFAULT_PATH, metavar="TEMPLATE",
                         help="MSR device path, {cpu} replaced by the CPU number "
                              f"(default {msr.DEFAULT_PATH})")
-    add_detector_arguments(parser)
+    add_detector_arguments(parser, names=SAMPLE_DETECTORS, default="")
     parser.add_argument("--record", metavar="TRACE",
                         help="also write the raw samples to TRACE, for 'phasewatch replay'")
-    parser.add_argument("--json", action="store_true",
-                        help="print the summary as JSON instead of the phase table")
+    parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                        help="the summary as JSON instead of the phase table, to FILE "
+                             "or, without FILE, to stderr (stdout stays the command's)")
     parser.add_argument("--pprof", metavar="FILE",
                         help="also write the phases' samples to FILE as a pprof profile "
                              "(labels phase, interval, thread, cpu)")
@@ -106,39 +128,61 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    args = with_detection(args)
+    if args.pid is not None:
+        return attach(args)
     argv = command_of(args)
-    check_arguments(args, argv)
-    with Child.start(argv, cpu=args.cpu, pin=not args.no_pin) as child:
+    check_arguments(args, resolve_command(argv[0]))
+    relay = TerminalRelay() if relay_wanted() and not args.quiet else None
+    with Child.start(argv, cpu=args.cpu, pin=not args.no_pin,
+                     stdio=relay.slaves if relay else None) as child:
+        if relay:
+            relay.started()
         source = open_source(args.source, pid=child.pid,
                              cpus=[child.cpu] if child.cpu is not None else None,
-                             msr_path=args.msr_path, rate_hz=SAMPLE_RATE_HZ,
+                             msr_path=args.msr_path, rate_hz=args.freq,
                              enable_on_exec=True, wakeup=WAKEUP_SAMPLES, poll_ms=POLL_MS)
         try:
-            return watch(args, child, source)
+            return watch(args, child, source, relay)
         finally:
             if child.returncode is None:
                 child.stop(signal.SIGKILL, grace=0)
 
 
-def command_of(args) -> list[str]:
+def attach(args) -> int:
+    """``run --pid PID``: watch a running process, started by someone else."""
+    if command_of(args, required=False):
+        raise UserError("give --pid or a command after '--', not both")
+    if args.cpu is not None:
+        raise UserError("--cpu pins a command run starts: an attached process is not moved")
+    target = Attached(args.pid)
+    check_arguments(args, target.path)
+    source = open_source(args.source, pid=target.pid, cpus=None, msr_path=args.msr_path,
+                         rate_hz=args.freq, enable_on_exec=False, wakeup=WAKEUP_SAMPLES,
+                         poll_ms=POLL_MS)
+    return watch(args, target, source)
+
+
+def command_of(args, required: bool = True) -> list[str]:
     argv = list(args.argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
-    if not argv:
-        raise UserError("no command given: put it after '--', e.g. phasewatch run -- ./prog ARGS")
+    if not argv and required:
+        raise UserError("no command given: put it after '--', e.g. phasewatch run -- ./prog ARGS "
+                        "(or attach to a running process with --pid PID)")
     return argv
 
 
-def check_arguments(args, argv: list[str]) -> None:
-    """Reject bad options, a missing command and outputs that would destroy
-    a file before anything is started or written."""
+def check_arguments(args, program: str | None) -> None:
+    """Reject bad options and outputs that would destroy a file (``program``,
+    the watched executable, among them) before anything is started or written."""
     if args.cpu is not None and args.no_pin:
         raise UserError("--cpu and --no-pin contradict each other: give one of them")
     detector_params(args)
     msr.device_path(args.msr_path, 0)
     interval_params(args, IntervalParams(), ("instructions",), warn=lambda msg: None)
-    args.program = resolve_command(argv[0])
-    check_outputs([args.record, args.output, args.pprof], inputs=[args.program])
+    args.program = program
+    check_outputs([args.record, args.output, json_file(args), args.pprof], inputs=[args.program])
     if args.powercap_root:
         from ..live.phase_energy import EnergyMeter
         EnergyMeter.open(args.powercap_root)
@@ -147,10 +191,11 @@ def check_arguments(args, argv: list[str]) -> None:
         check_report_dir(args.report)
 
 
-def watch(args, child: Child, source: Source) -> int:
+def watch(args, child: Child, source: Source, relay: TerminalRelay | None = None) -> int:
     signals = tuple(source.signals)
-    detector = choose_detector(args.detector, signals, warn)
-    interval = interval_params(args, IntervalParams(), signals, warn)
+    say = (lambda msg: None) if args.quiet else warn
+    detector = choose_detector(args.detector, signals, say)
+    interval = interval_params(args, IntervalParams(), signals, say)
     kernels = threading.Thread(target=warm_up, args=(child, args, detector, interval, signals),
                                name="phasewatch-kernels", daemon=True)
     out = open_output(args.output, inputs=[args.program], binary=True) if args.output else None
@@ -160,35 +205,49 @@ def watch(args, child: Child, source: Source) -> int:
         with child.forward_signals() as forwarder:
             kernels.start()
             child.release()
+            if relay:
+                relay.start()
             feed = SourceThread(source.batches()).start()
-            from ..formats.results import JsonLinesSink, PhaseSummary
+            pinning = PinWhileSingleThreaded(child.pid, child.cpu, allowed_cpus(), say).start()
+            from ..formats.results import PhaseSummary, results_sink
             from ..formats.trace import TraceWriter
             from ..live.loop import LiveRun
             from ..live.phase_functions import PhaseFunctions
             from ..live.process_maps import ProcessMappings
             from ..live.status import StatusLine
-            from ..live.symbols import Symbolizer
+            from ..live.symbols import Symbolizer, TreeSymbolizer
             sinks.append(PhaseSummary())
             profile = phase_profile(args, source)
             symbolizer = Symbolizer.from_pid(child.pid)
             meta = run_metadata(child, source, signals, interval, program_text_range(symbolizer))
             pipeline = pipeline_for(meta, args, detector)
+            meta["detection"] = detection_dict(pipeline.params.detector)
             maps = ProcessMappings(child.pid, pipeline, record=args.record, just_execd=True)
-            figure = observe_figure(pipeline) if args.report else None
-            functions = PhaseFunctions(symbolizer)
-            sinks += [JsonLinesSink(out.stream)] if out else []
+            tree = TreeSymbolizer(symbolizer)
+            functions = PhaseFunctions(tree)
+            figure, entries = observe_figure(pipeline, tree) if args.report else (None, None)
+            sinks += [results_sink(args.output, out.stream)] if out else []
             sinks += [profile] if profile else []
             sinks += [energy] if energy else []
             trace = (TraceWriter(args.record, meta, signals, inputs=[args.program])
                      if args.record else None)
-            status = StatusLine(os.path.basename(child.argv[0]))
+            status = StatusLine(os.path.basename(child.argv[0]), enabled=relay is not None)
             live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
                            status=status, lost_samples=lambda: source.stats()["lost_samples"],
-                           every_second=symbolizer.snapshot,
-                           taps=[maps.before_feed] + ([profile.tap] if profile else []))
+                           every_second=tree.snapshot,
+                           taps=[maps.before_feed, functions.take_threads, pinning,
+                                 *([entries.add] if entries else []),
+                                 *([profile.tap] if profile else [])])
+            if isinstance(child, Attached):
+                child.on_interrupt += [live.stop, getattr(source, "stop", lambda: None)]
             with status:
+                if relay:
+                    relay.write = status.write_above
                 live.run()
-            exit_status = child.wait()
+                exit_status = child.wait()
+                if relay:
+                    relay.stop()
+            pinning.stop()
             live.finish()
             for sink in sinks:
                 sink.close()
@@ -196,6 +255,8 @@ def watch(args, child: Child, source: Source) -> int:
     finally:
         if child.returncode is None:
             child.stop(signal.SIGKILL, grace=0)
+        if relay:
+            relay.stop(timeout=0)
         if feed is None or feed.join(timeout=5.0):
             source.close()  # never under a reader still inside it
         close_outputs([out, trace], commit=finished)
@@ -267,11 +328,15 @@ def write_pprof(args, profile, symbolizer: Symbolizer, meta: dict, energy) -> No
         raise UserError(failure)
 
 
-def observe_figure(pipeline: Pipeline):
+def observe_figure(pipeline: Pipeline, symbolizer):
+    """The figure's recorder, and what labels its code-signature rows."""
+    from ..report.code_entries import CodeEntries
     from ..report.figure import FigureRecorder
     recorder = FigureRecorder(pipeline.params, pipeline.layout.bounds, pipeline.used)
     pipeline.observe_profiles(recorder)
-    return recorder
+    entries = CodeEntries(pipeline, symbolizer)
+    recorder.name_entries = entries.names
+    return recorder, entries
 
 
 def draw(out_dir: str, recorder, functions: PhaseFunctions, run_info: dict) -> None:
@@ -392,8 +457,26 @@ def energy_cells(summary: PhaseSummary, energy: dict) -> dict[str, list[str]]:
     return cells
 
 
+def source_line(source: str, not_taken: dict[str, str]) -> str:
+    """``source: perf; not taken: kmod, msr; not counted: cycles`` (the
+    reasons are in --json and in 'phasewatch probe')."""
+    sources = [name for name in not_taken if name in CHOICES]
+    counters = [name for name in not_taken if name not in CHOICES]
+    parts = [f"source: {source}"]
+    parts += [f"not taken: {', '.join(sources)}"] if sources else []
+    parts += [f"not counted: {', '.join(counters)}"] if counters else []
+    why = " (why: phasewatch probe)" if not_taken else ""
+    return "; ".join(parts) + why
+
+
+def json_file(args) -> str | None:
+    """The file ``--json FILE`` names; None for none or for stderr."""
+    return args.json if args.json not in (None, "-") else None
+
+
 def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
            functions: PhaseFunctions, energy: dict | None = None) -> None:
+    """The summary, on stderr or in ``--json FILE``: stdout is the command's."""
     tops = [functions.top(row["phase"], TOP_FUNCTIONS) for row in summary.table()]
     energy_columns = energy_cells(summary, energy) if energy is not None else {}
     if args.json:
@@ -402,12 +485,14 @@ def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
         for row, top in zip(result["phases"], tops):
             row["top_functions"] = [{"name": name, "share": share} for name, share in top]
             row.update(energy.get(row["phase"], {}) if energy is not None else {})
-        print(json.dumps(finite(result), indent=2))
+        write_json(args, json.dumps(finite(result), indent=2) + "\n")
+        return
+    if args.quiet:
         return
     from rich.markup import escape
 
     from ..report.tables import console, phase_table, summary_lines
-    out = console()
+    out = console(sys.stderr)
     if not out.is_terminal:
         out.width = max(out.width, PIPE_WIDTH)
     end = f"exit status {run_info['exit_status']}"
@@ -417,8 +502,7 @@ def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
               f"{pipeline.samples:,} samples, {summary.n_intervals} intervals "
               f"{pipeline.params.interval.describe()}, detector {run_info['detector']}, "
               f"threshold {pipeline.threshold:.3f}")
-    out.print(f"source: {run_info['source']}" + "".join(
-        f"; not {name}: {escape(why)}" for name, why in run_info["not_taken"].items()))
+    out.print(escape(source_line(run_info["source"], run_info["not_taken"])))
     if run_info["missing_signals"]:
         out.print("missing on this host: " + ", ".join(run_info["missing_signals"]))
     out.print(phase_table(summary, extra_columns={
@@ -431,3 +515,15 @@ def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
                   f"{lost['queue']} in the agent's queue")
     if run_info["trace"]:
         out.print(f"trace: {run_info['trace']}")
+
+
+def write_json(args, text: str) -> None:
+    path = json_file(args)
+    if path is None:
+        sys.stderr.write(text)
+        return
+    out = open_output(path, inputs=[args.program])
+    out.stream.write(text)
+    out.close()
+    if out.failure:
+        raise UserError(out.failure)

@@ -5,16 +5,39 @@ said to the user goes through the ``warn`` each caller passes."""
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from . import detectors
-from .params import DetectorParams, IntervalParams, Params, histogram_params_of, interval_params_of
+from .params import (DEFAULT_THRESHOLD, DetectorParams, IntervalParams, Params,
+                     histogram_params_of, interval_params_of)
 
 if TYPE_CHECKING:  # numba loads with the pipeline, when one is built
     from .pipeline import Pipeline
     from .source import Source
+
+
+#: Detection settings, where neither an option nor a recording gives them.
+DETECTION_DEFAULTS = {"detector": "vpf", "threshold": DEFAULT_THRESHOLD, "adaptive": False}
+
+
+def with_detection(args, recorded: dict | None = None) -> argparse.Namespace:
+    """``args`` with each detection setting not given as an option taken from
+    ``recorded`` (a trace's ``detection`` metadata: what the recording
+    command used), else from :data:`DETECTION_DEFAULTS`."""
+    recorded = recorded or {}
+    filled = {name: (given if (given := getattr(args, name, None)) is not None
+                     else recorded.get(name, default))
+              for name, default in DETECTION_DEFAULTS.items()}
+    return argparse.Namespace(**{**vars(args), **filled})
+
+
+def detection_dict(detector: DetectorParams) -> dict:
+    """The ``detection`` metadata of a recording made with ``detector``."""
+    return {"detector": detector.detector, "threshold": detector.threshold,
+            "adaptive": detector.adaptive}
 
 
 def detector_params(args) -> DetectorParams:
@@ -60,6 +83,7 @@ def pipeline_of(source: Source, args, warn) -> Pipeline:
     """The pipeline for a source's samples, with the detection options given."""
     from .pipeline import Pipeline
     meta = source.metadata
+    args = with_detection(args, meta.get("detection"))
     signals = tuple(meta.get("signals") or source.signals)
     detectors.check_signals(args.detector, signals)
     params = Params(interval=interval_params(args, interval_params_of(meta), signals, warn),

@@ -37,6 +37,7 @@ class Config:
     adaptive: bool = False
     interval_instructions: int | None = None
     interval_ms: float | None = None
+    interval_samples: int | None = None
     max_phases: int = DEFAULT_MAX_PHASES
     metrics: str | None = "127.0.0.1:9464"
     metrics_certfile: str | None = None
@@ -49,6 +50,9 @@ class Config:
     curve_secret_key: str | None = None
     curve_authorized_keys: str | None = None
     record: str | None = None
+    #: The detection settings the file or the command line set (over a replay's
+    #: recorded ones).
+    given: frozenset[str] = frozenset()
 
     @property
     def metrics_address(self) -> tuple[str, int] | None:
@@ -124,6 +128,7 @@ SCHEMA = {
         "adaptive": ("adaptive", bool, None),
         "interval_instructions": ("interval_instructions", int, _positive),
         "interval_ms": ("interval_ms", (int, float), _positive),
+        "interval_samples": ("interval_samples", int, _positive),
         "max_phases": ("max_phases", int, lambda x: None if x >= 2 else "must be at least 2"),
     },
     "metrics": {
@@ -186,7 +191,8 @@ def from_dict(doc: dict, path: str = "config") -> Config:
             if problem:
                 raise UserError(f"{path}: [{table}] {key} = {value!r}: {problem}")
             values[name] = tuple(value) if isinstance(value, list) else value
-    return check(replace(Config(), **values), path)
+    given = frozenset(values) & set(DETECTION_FLAGS + INTERVAL_FLAGS)
+    return check(replace(Config(), **values, given=given), path)
 
 
 def check(config: Config, where: str = "config") -> Config:
@@ -194,15 +200,40 @@ def check(config: Config, where: str = "config") -> Config:
     if config.source == "replay" and not config.trace:
         raise UserError(f"{where}: [source] kind = \"replay\" needs trace = \"FILE\" "
                         f"(or --replay TRACE)")
-    if config.interval_instructions and config.interval_ms:
-        raise UserError(f"{where}: [detector] interval_instructions and interval_ms "
-                        f"exclude each other: give one")
+    if sum(bool(getattr(config, name)) for name in INTERVAL_FLAGS) > 1:
+        raise UserError(f"{where}: [detector] interval_instructions, interval_ms and "
+                        f"interval_samples exclude each other: give one")
     if bool(config.metrics_certfile) != bool(config.metrics_keyfile):
         raise UserError(f"{where}: [metrics] certfile and keyfile go together")
     if config.curve_secret_key and not config.curve_authorized_keys:
         raise UserError(f"{where}: [zmq] curve_secret_key needs curve_authorized_keys "
                         f"(a directory of the clients' public keys)")
     return config
+
+
+DETECTION_FLAGS = ("detector", "threshold", "adaptive")
+INTERVAL_FLAGS = ("interval_instructions", "interval_ms", "interval_samples")
+
+
+def detection_flags(args) -> dict:
+    """The detection options given: each over the file's value, an interval
+    length over the file's interval of any kind."""
+    given = {name: getattr(args, name) for name in DETECTION_FLAGS + INTERVAL_FLAGS
+             if getattr(args, name, None) is not None}
+    changes = dict(given, given=frozenset(given))
+    if given.keys() & set(INTERVAL_FLAGS):
+        changes.update({name: given.get(name) for name in INTERVAL_FLAGS})
+    return changes
+
+
+def for_recording(config: Config, meta: dict) -> Config:
+    """The settings to replay a trace with: those its recording used (its
+    ``detection`` and ``interval`` metadata) where neither the file nor the
+    command line sets them."""
+    recorded = meta.get("detection") or {}
+    changes = {name: recorded[name] for name in DETECTION_FLAGS
+               if name in recorded and name not in config.given}
+    return replace(config, **changes)
 
 
 def with_flags(config: Config, args) -> Config:
@@ -222,6 +253,8 @@ def with_flags(config: Config, args) -> Config:
         changes["zmq_samples"] = True
     if getattr(args, "powercap_root", None):
         changes["powercap_root"] = args.powercap_root
+    flags = detection_flags(args)
+    changes.update(flags, given=config.given | flags["given"])
     config = replace(config, **changes)
     for flag, value in (("--metrics", config.metrics),):
         if value and _address(value):

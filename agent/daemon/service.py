@@ -29,7 +29,7 @@ from ..console import warn
 from ..core import detectors
 from ..core.params import (DetectorParams, Params, cpu_model_of, histogram_params_of,
                            interval_params_of)
-from ..core.settings import choose_detector, interval_params
+from ..core.settings import choose_detector, detection_dict, interval_params
 from ..errors import UserError
 from ..formats.trace import TraceWriter
 from ..formats.tracefiles import open_trace
@@ -79,7 +79,8 @@ def detector_params(config: daemon_config.Config, detector: str | None = None) -
 
 def params_for(meta: dict, signals, config: daemon_config.Config, detector: str) -> Params:
     flags = SimpleNamespace(interval_ms=config.interval_ms,
-                            interval_instructions=config.interval_instructions)
+                            interval_instructions=config.interval_instructions,
+                            interval_samples=config.interval_samples)
     return Params(interval=interval_params(flags, interval_params_of(meta), signals, log),
                   histograms=histogram_params_of(meta),
                   detector=detector_params(config, detector))
@@ -125,7 +126,8 @@ class Worker:
         stamp = time.strftime("%Y%m%dT%H%M%S")
         path = os.path.join(directory, f"phasewatchd-{platform.node()}-{self.name}-{stamp}.arrow")
         # The intervals the daemon used, so that a replay splits alike.
-        meta = dict(self.meta, recorded_by="phasewatchd", interval=asdict(self.params.interval))
+        meta = dict(self.meta, recorded_by="phasewatchd", interval=asdict(self.params.interval),
+                    detection=detection_dict(self.params.detector))
         return TraceWriter(path, meta, self.signals)
 
     def start(self) -> "Worker":
@@ -241,6 +243,7 @@ class Daemon:
         c = self.config
         if c.source == "replay":
             source, meta, signals = open_replay(c)
+            c = daemon_config.for_recording(c, meta)
             self.workers.append(Worker("replay", source, meta, signals, c,
                                        publisher=self.publisher, clock_ns=source.clock_ns,
                                        energy=self.energy))

@@ -24,6 +24,9 @@ class Labelling:
     labels: np.ndarray              # integer phase ids, one per interval
     cpi: np.ndarray | None = None   # per interval, NaN where unknown
     distance: np.ndarray | None = None
+    #: Results only: whether every interval counted its instructions (else
+    #: the intervals are sample counts or times).
+    instruction_intervals: bool | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -73,7 +76,8 @@ def _results(path: str, text: str) -> Labelling:
     with np.errstate(divide="ignore", invalid="ignore"):
         cpi = np.where((instr > 0) & (cycles > 0), cycles / instr, np.nan)
     return Labelling(path, "results", np.array(phases, np.int64),
-                     None if np.isnan(cpi).all() else cpi, np.array(dist))
+                     None if np.isnan(cpi).all() else cpi, np.array(dist),
+                     bool(len(instr)) and bool((instr > 0).all()))
 
 
 def _labels(path: str, text: str) -> Labelling:

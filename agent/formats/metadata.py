@@ -18,7 +18,8 @@ from msgspec import Meta, Struct, field
 
 from .. import __version__
 from ..core.cpumodels import MAX_PLAUSIBLE_MHZ, UNKNOWN
-from ..core.params import (DEFAULT_INTERVAL_INSTRUCTIONS, HistogramParams, IntervalParams,
+from ..core.params import (DEFAULT_INTERVAL_INSTRUCTIONS, DEFAULT_THRESHOLD, HistogramParams,
+                           IntervalParams,
                            histograms_dict, interval_dict)
 from ..errors import UserError
 
@@ -80,6 +81,14 @@ class MappingSchema(_Schema):
     t_ns: int | None = None
 
 
+class DetectionSchema(_Schema):
+    """The detection settings the recording command used: a replay's defaults."""
+
+    detector: Literal["vpf", "vpf-ip", "vpf-ip-fold"] = "vpf"
+    threshold: Annotated[float, Meta(gt=0.0, le=1.0)] = DEFAULT_THRESHOLD
+    adaptive: bool = False
+
+
 class TraceSchema(_Schema):
     format: Literal["phasewatch-trace"] = FORMAT
     format_version: Annotated[int, Meta(ge=1)] = FORMAT_VERSION
@@ -91,6 +100,7 @@ class TraceSchema(_Schema):
     base_freq_mhz: Annotated[float, Meta(gt=0.0, le=MAX_BASE_MHZ)] | None = None
     signals: dict[str, str] = field(default_factory=dict)
     interval: IntervalSchema = field(default_factory=IntervalSchema)
+    detection: DetectionSchema | None = None
     histograms: HistogramSchema = field(default_factory=HistogramSchema)
     text_range: Annotated[list[Address], Pair] | None = None
     counter_scope: Literal["cpu", "thread"] = "cpu"

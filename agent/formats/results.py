@@ -51,6 +51,42 @@ class JsonLinesSink:
         self.stream.flush()
 
 
+class CsvSink:
+    """The same values as :class:`JsonLinesSink`, as CSV: a header row of
+    :data:`JSON_KEYS`, then a row per complete interval (no distance: empty;
+    ``new_phase`` as true/false, as in the JSON)."""
+
+    def __init__(self, stream: IO[str] | IO[bytes]):
+        self.stream = stream
+        self._put(",".join(JSON_KEYS) + "\n")
+
+    def write(self, iv: Intervals) -> None:
+        if iv.partial or len(iv) == 0:
+            return
+        rows = (json.loads(line) for line in str(json_lines(iv), "ascii").splitlines())
+        self._put("".join(",".join(_csv_cell(row[k]) for k in JSON_KEYS) + "\n" for row in rows))
+
+    def _put(self, text: str) -> None:
+        self.stream.write(text if isinstance(self.stream, io.TextIOBase) else text.encode())
+
+    def close(self) -> None:
+        self.stream.flush()
+
+
+def _csv_cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def results_sink(path: str, stream: IO[str] | IO[bytes]):
+    """The per-interval results writer for ``--output PATH``: CSV for a name
+    ending in ``.csv``, JSON Lines otherwise."""
+    return CsvSink(stream) if path.lower().endswith(".csv") else JsonLinesSink(stream)
+
+
 def _literals() -> tuple[np.ndarray, np.ndarray]:
     """The text before each value (``{"index": ``, ``, "t_start_ns": ``, ...) and
     after the last, end to end, with their offsets."""
@@ -268,18 +304,27 @@ class PhaseSummary:
         """One row per phase: intervals, share of run time, CPI, voltage, frequency."""
         f = {n: i for i, n in enumerate(self.FIELDS)}
         total_time = self.total[f["duration_ns"]] or 1.0
+        total_instructions = self.total[f["instructions"]]
         rows = []
         for p, s in enumerate(self.sums[:self.n_phases]):
             rows.append({
                 "phase": p,
                 "intervals": int(s[f["intervals"]]),
                 "time_share": s[f["duration_ns"]] / total_time,
+                "instruction_share": (s[f["instructions"]] / total_instructions
+                                      if total_instructions else None),
                 "cpi": _mean(s[f["cpi_sum"]], s[f["cpi_n"]]),
                 "cpi_cov": _cov(s[f["cpi_sum"]], s[f["cpi_sq"]], s[f["cpi_n"]]),
                 "voltage_mv": _mean(s[f["volt_sum"]], s[f["volt_n"]]),
                 "pfreq_mhz": _mean(s[f["pfreq_sum"]], s[f["pfreq_n"]]),
             })
         return rows
+
+    @property
+    def timed(self) -> bool:
+        """Whether the intervals have durations (a .bb file's have only
+        instruction counts: its phases' shares are of instructions)."""
+        return bool(self.total[self.FIELDS.index("duration_ns")])
 
     def run_cov(self) -> float:
         f = {n: i for i, n in enumerate(self.FIELDS)}

@@ -5,8 +5,29 @@ from __future__ import annotations
 import os
 
 from ..errors import UserError
-from .sidetable import with_side_table
+from .bbvfile import looks_like_bb
+from .sidetable import SIDE_TABLE_SUFFIX, with_side_table
 from .trace import TraceReader, is_arrow
+
+
+def is_recording(path: str) -> bool:
+    """Whether a file in a folder of recordings is one to replay: a trace
+    (either format) or a SimPoint .bb file, not a trace's side table, a JSON
+    results or labels file, or anything else."""
+    if path.endswith(SIDE_TABLE_SUFFIX):
+        return False        # read with its trace
+    try:
+        if os.path.getsize(path) == 0:
+            return False
+        if is_arrow(path) or looks_like_bb(path):
+            return True
+        with open(path, "rb") as f:
+            if f.read(64).lstrip()[:1] in (b"{", b"["):
+                return False    # JSON
+        from .csvtrace import looks_like_csv
+        return looks_like_csv(path)
+    except OSError:
+        return False
 
 
 def open_trace(path: str, base_mhz: float | None = None, warn=None):

@@ -229,9 +229,11 @@ class Child:
 
     @classmethod
     def start(cls, argv: Sequence[str], *, cpu: int | None = None, pin: bool = True,
-              env: Mapping[str, str] | None = None, cwd: str | None = None) -> "Child":
+              env: Mapping[str, str] | None = None, cwd: str | None = None,
+              stdio: Mapping[int, int] | None = None) -> "Child":
         """Fork a process for ``argv``, pinned to ``cpu`` (or the least loaded
         allowed CPU) unless ``pin`` is false, and stop it just before exec.
+        ``stdio`` gives descriptors to put in place of some of its 0, 1, 2.
 
         The returned child's ``pid`` is valid now; call ``release()`` to run it.
         Raises ``CommandNotFound`` / ``CommandNotExecutable`` before forking
@@ -245,7 +247,8 @@ class Child:
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child: never returns
-            _child_after_fork(path, argv, env, cwd, gate_r, gate_w, err_r, err_w, parent)
+            _child_after_fork(path, argv, env, cwd, gate_r, gate_w, err_r, err_w, parent,
+                              dict(stdio or {}))
         os.close(gate_r)
         os.close(err_w)
         if cpu is not None:  # set from here, so it is in force when start() returns
@@ -449,7 +452,7 @@ def _in_terminal_foreground() -> bool:
         os.close(fd)
 
 
-def _child_after_fork(path, argv, env, cwd, gate_r, gate_w, err_r, err_w, parent):
+def _child_after_fork(path, argv, env, cwd, gate_r, gate_w, err_r, err_w, parent, stdio):
     """In the forked child: tie its life to the agent's, reset signals, wait at
     the gate, exec.  Only ``os``-level calls here, and never a return: the
     child must not run the parent's Python code after fork."""
@@ -464,6 +467,8 @@ def _child_after_fork(path, argv, env, cwd, gate_r, gate_w, err_r, err_w, parent
         for signum in _RESET_TO_DEFAULT:
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        for target, fd in stdio.items():
+            os.dup2(fd, target)
         _close_fds_except(gate_r, err_w)
         if cwd is not None:
             os.chdir(cwd)

@@ -8,6 +8,10 @@ and a batch), and go to the phase of their interval once it is classified.
 Per phase, IPs are kept raw only up to ``fold_at``; then they are resolved to
 function names and added to per-name counts.  Memory is bounded by that cap
 and the number of distinct functions, not by the length of the run.
+
+Over a process tree (a :class:`~.symbols.TreeSymbolizer`), ``take_threads``
+sees each batch before the pipeline does: its thread ids go with the IPs, so
+that each IP is named in the mappings of its own process.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections import Counter
 import numpy as np
 
 from ..core.pipeline import Intervals
-from .symbols import Symbolizer
+from .symbols import Symbolizer, TreeSymbolizer
 
 FOLD_AT = 65536
 
@@ -25,26 +29,47 @@ FOLD_AT = 65536
 class PhaseFunctions:
     """Per-phase sample counts by function, fed alongside the pipeline."""
 
-    def __init__(self, symbolizer: Symbolizer, fold_at: int = FOLD_AT):
+    def __init__(self, symbolizer: Symbolizer | TreeSymbolizer, fold_at: int = FOLD_AT):
         self.symbolizer = symbolizer
         self.fold_at = fold_at
         self._unassigned: list[np.ndarray] = []
         self._raw: dict[int, list[np.ndarray]] = {}
+        self._threads: list[np.ndarray] | None = None       # the tids of the batches taken
+        self._unassigned_tids: list[np.ndarray] = []
+        self._raw_tids: dict[int, list[np.ndarray]] = {}
         self._raw_n: dict[int, int] = {}
         self._names: dict[int, Counter] = {}
+
+    def take_threads(self, batch) -> None:
+        """A batch about to be fed: its threads go with its IPs in :meth:`add`
+        (and their processes' mappings are read while they live)."""
+        if "ip" not in batch or "tid" not in batch or not isinstance(self.symbolizer,
+                                                                     TreeSymbolizer):
+            return
+        if self._threads is None:
+            self._threads = []
+        self._threads.append(batch["tid"])
+        self.symbolizer.watch(batch["ip"], batch["tid"])
 
     def add(self, ips: np.ndarray, intervals: Intervals) -> None:
         """The IPs of the batch just fed to the pipeline, and the intervals it completed."""
         self._unassigned.append(ips)
+        if self._threads:
+            self._unassigned_tids.append(self._threads.pop(0))
         if len(intervals) == 0 or intervals.partial:
             return
         rows = np.concatenate(self._unassigned)
         ends = np.cumsum(intervals.samples)
         assigned = rows[:ends[-1]]
         self._unassigned = [rows[ends[-1]:]]
+        tids = None
+        if self._unassigned_tids:
+            all_tids = np.concatenate(self._unassigned_tids)
+            tids, self._unassigned_tids = all_tids[:ends[-1]], [all_tids[ends[-1]:]]
         row_phase = np.repeat(intervals.phase, intervals.samples)
         for phase in np.unique(intervals.phase).tolist():
-            self._keep(phase, assigned[row_phase == phase])
+            mine = row_phase == phase
+            self._keep(phase, assigned[mine], None if tids is None else tids[mine])
 
     def top(self, phase: int, k: int = 3) -> list[tuple[str, float]]:
         """The ``k`` functions with most of the phase's samples, with their shares."""
@@ -56,21 +81,28 @@ class PhaseFunctions:
         ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:k]
         return [(name, n / total) for name, n in ranked]
 
-    def _keep(self, phase: int, ips: np.ndarray) -> None:
+    def _keep(self, phase: int, ips: np.ndarray, tids: np.ndarray | None) -> None:
         if len(ips) == 0:
             return
         self._raw.setdefault(phase, []).append(ips)
+        if tids is not None:
+            self._raw_tids.setdefault(phase, []).append(tids)
         self._raw_n[phase] = self._raw_n.get(phase, 0) + len(ips)
         if self._raw_n[phase] >= self.fold_at:
             self._fold(phase)
 
     def _fold(self, phase: int) -> None:
         raw = self._raw.pop(phase, None)
+        raw_tids = self._raw_tids.pop(phase, None)
         self._raw_n[phase] = 0
         if not raw:
             return
         self.symbolizer.snapshot()
-        names, counts = np.unique(self.symbolizer.names(np.concatenate(raw), offsets=False),
-                                  return_counts=True)
+        ips = np.concatenate(raw)
+        if raw_tids is not None:
+            named = self.symbolizer.names(ips, np.concatenate(raw_tids), offsets=False)
+        else:
+            named = self.symbolizer.names(ips, offsets=False)
+        names, counts = np.unique(named, return_counts=True)
         self._names.setdefault(phase, Counter()).update(dict(zip(names.tolist(),
                                                                  counts.tolist())))

@@ -4,15 +4,18 @@ One line, redrawn a few times a second by rich's ``Live`` from its own thread:
 elapsed time, intervals, current phase, number of phases, dropped samples.
 Any thread may call ``update(**fields)``.
 
-The line is written to **stderr**, so that stdout carries only results (the
-final table, or ``--json``) and can be piped.  It is shown only when both
+The line is written to **stderr**, as everything the agent says, so that
+stdout stays the watched command's.  It is shown only when both
 stdout and stderr are terminals and ``TERM`` is not ``dumb``; otherwise the
 status line writes nothing at all.  It is transient: stopping erases it, so the
-final output starts on a clean line.
+final output starts on a clean line.  A watched command's terminal output
+comes through :meth:`StatusLine.write_above` (see :mod:`.relay`), so that
+the two never share a line.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -67,6 +70,8 @@ class StatusLine:
         self._started = time.monotonic()
         self._live = None
         self._refresh_per_second = refresh_per_second
+        self._drawing = False                # between start() and stop()
+        self._draw_lock = threading.Lock()
 
     def update(self, **fields) -> None:
         """Set some of ``intervals``, ``phase``, ``phases``, ``dropped``."""
@@ -99,17 +104,39 @@ class StatusLine:
 
     def start(self) -> "StatusLine":
         self._started = time.monotonic()
-        if self.enabled and self._live is None:
+        with self._draw_lock:
+            self._drawing = self.enabled
+            self._show()
+        return self
+
+    def _show(self) -> None:
+        if self._drawing and self._live is None:
             self._live = Live(get_renderable=self.render, console=self.console,
                               refresh_per_second=self._refresh_per_second, transient=True,
                               redirect_stdout=False, redirect_stderr=False)
             self._live.start()
-        return self
 
-    def stop(self) -> None:
+    def _hide(self) -> None:
         if self._live is not None:
             self._live.stop()
             self._live = None
+
+    def write_above(self, fd: int, data: bytes) -> None:
+        """Write a watched command's terminal output to ``fd``: the line is
+        taken down first, and drawn again only once the output ends a line,
+        so that the two never share one."""
+        ends_line = data.endswith(b"\n")
+        with self._draw_lock:
+            self._hide()
+            while data:
+                data = data[os.write(fd, data):]
+            if ends_line:
+                self._show()
+
+    def stop(self) -> None:
+        with self._draw_lock:
+            self._drawing = False
+            self._hide()
 
     def __enter__(self) -> "StatusLine":
         return self.start()

@@ -364,6 +364,9 @@ class Symbolizer:
         """The GNU build id of the file ``mapping`` maps, or ""."""
         symbols = self._symbols_for(mapping) if mapping.is_file else None
         return symbols.build_id if symbols is not None else ""
+    def covers(self, ips: np.ndarray) -> np.ndarray:
+        """Whether each IP lies in a mapping known so far."""
+        return self.mapping_indices(ips) >= 0
 
     def text_range(self) -> tuple[int, int]:
         """(lo, hi) run-time addresses of the main executable's ``.text``."""
@@ -434,3 +437,102 @@ def _object_labels(label: str, vaddrs: np.ndarray, offsets: bool) -> np.ndarray:
 def runtime_text_range(pid: int) -> tuple[int, int]:
     """(lo, hi) run-time addresses of the ``.text`` of the main executable of ``pid``."""
     return Symbolizer.from_pid(pid).text_range()
+
+
+# ----------------------------------------------------------------------------
+# a process tree
+
+#: Threads looked at per batch, at most (their maps are read only when their
+#: IPs fall outside what is known of their process).
+MAX_NEW_THREADS = 16
+
+
+class TreeSymbolizer:
+    """Resolves the IPs of a watched process tree, each thread's in the
+    mappings of its own process: a child that exec'd another program (``sh -c
+    'bzip2 …; perl …'``, a compiler driver's ``cc1``) is named from its own
+    objects, not its parent's.  ``watch`` reads the maps of the threads of a
+    batch whose IPs are new to their process while they still run;
+    ``snapshot`` (every second) re-reads the maps of every live process of the tree."""
+
+    def __init__(self, root: Symbolizer):
+        self.root = root
+        self._by_pid: dict[int, Symbolizer] = {root.pid: root}
+        self._pid_of: dict[int, int] = {root.pid: root.pid}
+
+    @property
+    def pid(self) -> int | None:
+        return self.root.pid
+
+    def watch(self, ips: np.ndarray, tids: np.ndarray) -> None:
+        """Learn the mappings that a batch's IPs need, while their processes live."""
+        user = np.asarray(ips, np.uint64) < np.uint64(KERNEL_START)
+        for tid in np.unique(np.asarray(tids)[user])[:MAX_NEW_THREADS].tolist():
+            symbolizer = self.of_thread(tid)
+            mine = user & (tids == tid)
+            if not symbolizer.covers(ips[mine]).all():
+                symbolizer.snapshot()
+
+    def snapshot(self) -> bool:
+        changed = False
+        for pid in descendants(self.root.pid) if self.root.pid is not None else ():
+            changed |= self._of_process(pid).snapshot()
+        return changed
+
+    def of_thread(self, tid: int) -> Symbolizer:
+        """The symbolizer of the process ``tid`` belongs to (the root's if it has gone)."""
+        pid = self._pid_of.get(tid)
+        if pid is None:
+            pid = process_of_thread(tid)
+            if pid is None:
+                return self.root
+            self._pid_of[tid] = pid
+        return self._of_process(pid)
+
+    def _of_process(self, pid: int) -> Symbolizer:
+        if pid not in self._by_pid:
+            self._by_pid[pid] = Symbolizer.from_pid(pid)
+        return self._by_pid[pid]
+
+    def names(self, ips, tids=None, offsets: bool = True) -> np.ndarray:
+        """Function names of ``ips``, each resolved in the process of its thread."""
+        ips = np.asarray(ips, np.uint64)
+        if tids is None:
+            return self.root.names(ips, offsets)
+        tids = np.asarray(tids)
+        out = np.empty(ips.shape, dtype=object)
+        for tid in np.unique(tids).tolist():
+            mine = tids == tid
+            out[mine] = self.of_thread(tid).names(ips[mine], offsets)
+        return out
+
+
+def process_of_thread(tid: int) -> int | None:
+    """The process (thread group) of thread ``tid``, None if it has gone."""
+    try:
+        with open(f"/proc/{tid}/status") as status:
+            for line in status:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and its live descendants (from ``/proc/PID/task/TID/children``)."""
+    found, queue = [], [pid]
+    while queue:
+        current = queue.pop()
+        found.append(current)
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{current}/task/{tid}/children") as children:
+                    queue += [int(child) for child in children.read().split()]
+            except (OSError, ValueError):
+                continue
+    return found

@@ -20,7 +20,6 @@ listed but not counted as a change of the program.
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np

@@ -24,6 +24,9 @@ from ..core.params import Params
 from ..core.pipeline import Intervals
 
 MAX_COLUMNS = 2000
+#: The code signature's heatmap shows its hottest entries only (of 1024):
+#: rows a reader can tell apart and label.
+TOP_CODE_ENTRIES = 40
 
 #: How each segment is titled and labelled, and whether its bins are ordered
 #: values (with a unit) or unordered code-signature entries.
@@ -41,6 +44,8 @@ class Heatmap:
     unit: str
     centres: np.ndarray      # y position of each bin (value, or entry number)
     values: np.ndarray       # float [columns, bins]: the columns' mean histograms
+    labels: list[str] | None = None     # a name per row, where bins are code entries
+    shown: str = ""                      # which bins are drawn, where not all are
 
 
 @dataclass
@@ -114,6 +119,8 @@ class FigureRecorder:
         width = int(bounds[-1])
         self._profiles = ColumnSums(width + len(SEGMENTS), max_columns)
         self._scalars: list[Intervals] = []
+        #: Labels code-signature entries (e.g. :meth:`.code_entries.CodeEntries.names`).
+        self.name_entries = lambda entries: {}
 
     def __call__(self, block: IntervalBlock, intervals: Intervals) -> None:
         if len(block) == 0:
@@ -160,8 +167,21 @@ class FigureRecorder:
             with np.errstate(invalid="ignore", divide="ignore"):
                 values = sums[:, lo:hi] / members[:, None]
             title, unit = SEGMENT_TITLES.get(segment, (segment, "entry"))
-            maps.append(Heatmap(segment, title, unit, self._centres(segment, hi - lo), values))
+            heat = Heatmap(segment, title, unit, self._centres(segment, hi - lo), values)
+            maps.append(self._hottest(heat) if segment == "ip" else heat)
         return maps
+
+    def _hottest(self, heat: Heatmap) -> Heatmap:
+        """The code signature's TOP_CODE_ENTRIES hottest entries, coolest first
+        (so the hottest is drawn on top), each labelled with its code."""
+        total = np.nansum(heat.values, axis=0)
+        hot = np.argsort(-total, kind="stable")[:TOP_CODE_ENTRIES]
+        hot = hot[total[hot] > 0][::-1]
+        names = self.name_entries(hot.tolist())
+        labels = [f"{names[e]} (#{e})" if e in names else f"entry {e}" for e in hot.tolist()]
+        shown = f"hottest {len(hot)} of {len(total)} entries" if len(total) > len(hot) else ""
+        return Heatmap(heat.segment, heat.title, "code", np.arange(len(hot), dtype=np.float64),
+                       heat.values[:, hot], labels, shown)
 
     def _centres(self, segment: str, bins: int) -> np.ndarray:
         h = self.params.histograms

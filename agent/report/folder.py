@@ -26,8 +26,9 @@ def phase_rows(intervals: Intervals, functions: PhaseFunctions | None) -> list[d
 
 def write_report(out_dir: str, figure: PhaseFigure, title: str, notes: list[str],
                  rows: list[dict], inputs=(), sections=()) -> list[str]:
-    """Writes index.html and phases.png into ``out_dir``, each complete or not at all."""
-    from .page import page
+    """Writes index.html (with Plotly's script beside it) and phases.png into
+    ``out_dir``, each complete or not at all."""
+    from .page import PLOTLY_FILE, page, plotly_script
     from .png import write_png
     check_report_dir(out_dir)
     if figure.aggregated:
@@ -37,6 +38,9 @@ def write_report(out_dir: str, figure: PhaseFigure, title: str, notes: list[str]
     html_path = os.path.join(out_dir, "index.html")
     png_path = os.path.join(out_dir, "phases.png")
     text = page(figure, title, notes, rows, sections)
+    with open_output(os.path.join(out_dir, PLOTLY_FILE), inputs=inputs) as out:
+        out.stream.write(plotly_script())
+    fail(out)
     with open_output(html_path, inputs=inputs) as out:
         out.stream.write(text)
     fail(out)

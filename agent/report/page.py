@@ -17,6 +17,8 @@ from plotly.subplots import make_subplots
 from .figure import PhaseFigure, phase_colours
 
 ROW_HEIGHT = {"heatmap": 0.26, "distance": 0.16, "band": 0.05}
+#: The page loads Plotly from this file beside it (written with the page).
+PLOTLY_FILE = "plotly.min.js"
 
 
 def build_figure(fig: PhaseFigure) -> go.Figure:
@@ -39,28 +41,52 @@ def build_figure(fig: PhaseFigure) -> go.Figure:
         else:
             _add_band(plot, r, x, fig.truth, fig.truth_names, "truth-band")
     plot.update_xaxes(title_text="interval", row=len(rows), col=1)
+    plot.update_layout(updatemenus=[x_axis_menu(fig, len(plot.data), len(rows))])
     plot.update_layout(height=260 + 190 * len(fig.heatmaps) + 200 + 60 * len(rows),
                        showlegend=True, legend=dict(orientation="h", y=1.02, x=1, xanchor="right"),
                        margin=dict(l=70, r=30, t=50, b=50), hovermode="closest")
     return plot
 
 
+def per_mille(shares: np.ndarray) -> np.ndarray:
+    """Shares as whole thousandths (no sample: 0), two bytes each in the page:
+    a page of 1,000 intervals stays well under a megabyte."""
+    return np.round(np.nan_to_num(shares) * 1000).astype(np.uint16)
+
+
+def x_axis_menu(fig: PhaseFigure, traces: int, rows: int) -> dict:
+    """Buttons that put intervals or seconds from the start on the shared x axis."""
+    title = f"xaxis{rows if rows > 1 else ''}.title.text"
+    seconds = np.round(fig.t_start_s, 3).tolist()
+    intervals = fig.first_interval.tolist()
+    return dict(type="buttons", direction="right", x=0, xanchor="left", y=1.06, yanchor="bottom",
+                buttons=[dict(label="x: interval", method="update",
+                              args=[{"x": [intervals] * traces}, {title: "interval"}]),
+                         dict(label="x: seconds", method="update",
+                              args=[{"x": [seconds] * traces}, {title: "seconds from the start"}])])
+
+
 def _row_title(kind: str, item) -> str:
     if kind == "heatmap":
-        return f"{item.title} histogram per interval"
+        shown = f" ({item.shown})" if item.shown else ""
+        return f"{item.title} histogram per interval{shown}"
     if kind == "distance":
         return "distance to the phase taken, and the threshold"
     return "phase" if item == "phase" else "ground truth"
 
 
 def _add_heatmap(plot, row: int, x, heat, fig: PhaseFigure) -> None:
+    y = heat.labels if heat.labels is not None else heat.centres
+    at = "%{y}" if heat.labels is not None else f"%{{y:.4g}} {heat.unit}"
     plot.add_trace(go.Heatmap(
-        x=x, y=heat.centres, z=heat.values.T, name=heat.title, colorscale="Viridis",
-        showscale=False, customdata=np.broadcast_to(fig.t_start_s, heat.values.T.shape),
-        hovertemplate=(f"interval %{{x}}<br>%{{customdata:.2f}} s<br>{heat.title} "
-                       f"%{{y:.4g}} {heat.unit}<br>share %{{z:.3f}}<extra></extra>")),
+        x=x, y=y, z=per_mille(heat.values.T), name=heat.title,
+        colorscale="Viridis", showscale=False,
+        hovertemplate=f"%{{x}}<br>{heat.title} {at}<br>share %{{z}} ‰<extra></extra>"),
         row=row, col=1)
-    plot.update_yaxes(title_text=heat.unit, row=row, col=1)
+    if heat.labels is not None:
+        plot.update_yaxes(type="category", tickfont=dict(size=9), row=row, col=1)
+    else:
+        plot.update_yaxes(title_text=heat.unit, row=row, col=1)
 
 
 def _add_distance(plot, row: int, x, fig: PhaseFigure) -> None:
@@ -81,7 +107,7 @@ def _add_band(plot, row: int, x, codes: np.ndarray, names: list[str], uid: str) 
     plot.add_trace(go.Heatmap(
         x=x, y=[0], z=[codes], zmin=-0.5, zmax=n - 0.5, colorscale=scale, showscale=False,
         uid=uid, name=uid, text=[[names[c] for c in codes]],
-        hovertemplate="interval %{x}<br>%{text}<extra></extra>"), row=row, col=1)
+        hovertemplate="%{x}<br>%{text}<extra></extra>"), row=row, col=1)
     plot.update_yaxes(showticklabels=False, row=row, col=1)
 
 
@@ -116,11 +142,17 @@ def _num(x, fmt: str) -> str:
     return "-" if x is None or x != x else format(x, fmt)
 
 
+def plotly_script() -> str:
+    """Plotly's own script, as the page loads it from PLOTLY_FILE beside it."""
+    from plotly.offline import get_plotlyjs
+    return get_plotlyjs()
+
+
 def page(fig: PhaseFigure, title: str, notes: list[str], rows: list[dict],
          sections: list[tuple[str, str, list[dict]]] = ()) -> str:
     """The report page; ``sections`` are (id, heading, rows) tables after the phases'."""
     plot = build_figure(fig)
-    div = plot.to_html(full_html=False, include_plotlyjs=True, div_id="phase-figure",
+    div = plot.to_html(full_html=False, include_plotlyjs=PLOTLY_FILE, div_id="phase-figure",
                        config={"responsive": True, "displaylogo": False})
     colours = phase_colours(len(rows))
     items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)

@@ -67,8 +67,12 @@ def _heatmap(ax, heat, extent_x) -> None:
     half = (heat.centres[1] - heat.centres[0]) / 2 if len(heat.centres) > 1 else 0.5
     ax.imshow(np.nan_to_num(heat.values.T), aspect="auto", origin="lower", cmap="viridis",
               interpolation="nearest", extent=(*extent_x, lo - half, hi + half))
-    ax.set_title(f"{heat.title} histogram per interval", fontsize=9, loc="left")
-    ax.set_ylabel(heat.unit)
+    shown = f" ({heat.shown})" if heat.shown else ""
+    ax.set_title(f"{heat.title} histogram per interval{shown}", fontsize=9, loc="left")
+    if heat.labels is not None:
+        ax.set_yticks(heat.centres, heat.labels, fontsize=5)
+    else:
+        ax.set_ylabel(heat.unit)
 
 
 def _distance(ax, fig: PhaseFigure) -> None:

@@ -21,20 +21,22 @@ TABLE_ROWS = 50
 
 def phase_table(summary: PhaseSummary, extra_columns: dict[str, list[str]] | None = None) -> Table:
     rows = summary.table()
+    share, basis = ("time_share", "time") if summary.timed else ("instruction_share", "instructions")
     shown = range(len(rows))
     if len(rows) > TABLE_ROWS:
-        shown = sorted(sorted(shown, key=lambda i: -rows[i]["time_share"])[:TABLE_ROWS])
+        shown = sorted(sorted(shown, key=lambda i: -(rows[i][share] or 0))[:TABLE_ROWS])
     title = "phases" if len(shown) == len(rows) else \
-        f"phases: the {len(shown)} of {len(rows)} with the most time"
+        f"phases: the {len(shown)} of {len(rows)} with the most {basis}"
     table = Table(title=title, title_justify="left")
-    for name in ("phase", "intervals", "time", "CPI", "CoV CPI", "voltage mV", "pfreq MHz"):
+    for name in ("phase", "intervals", basis, "CPI", "CoV CPI", "voltage mV", "pfreq MHz"):
         table.add_column(name, justify="right")
     for name in extra_columns or {}:
         table.add_column(name, justify="left")
     for i in shown:
         r = rows[i]
         extra = [col[i] for col in (extra_columns or {}).values()]
-        table.add_row(str(r["phase"]), str(r["intervals"]), f"{100 * r['time_share']:.1f} %",
+        share_text = "-" if r[share] is None else f"{100 * r[share]:.1f} %"
+        table.add_row(str(r["phase"]), str(r["intervals"]), share_text,
                       _num(r["cpi"], ".3f"), _num(r["cpi_cov"], ".3f"),
                       _num(r["voltage_mv"], ".1f"), _num(r["pfreq_mhz"], ".0f"), *extra)
     return table

@@ -1,0 +1,137 @@
+"""A running process that ``phasewatch run --pid PID`` attaches to, as perf's
+``-p PID`` does: watched until it ends or the agent gets Ctrl-C (SIGINT) or
+SIGTERM, and never signalled, since it is not the agent's.
+
+:class:`Attached` answers what ``run`` asks of a :class:`~.child.Child`
+(``pid``, ``argv``, ``cpu``, ``release``, ``wait``, ``stop``,
+``forward_signals``, the start and end times), so that a run watches either
+the same way."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Callable, Sequence
+
+from ..errors import UserError
+
+POLL_S = 0.1
+
+
+class Attached:
+    """A process that is not the agent's child; its exit status is not known,
+    and is reported as 0."""
+
+    cpu = None          # never pinned: it is not the agent's to move
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.argv = command_line(pid)
+        self.path = executable(pid)
+        self.started_ns = time.monotonic_ns()
+        self.ended_ns: int | None = None
+        self.returncode: int | None = None
+        self.on_interrupt: list[Callable[[], None]] = []
+        self._interrupted = threading.Event()
+
+    def release(self) -> None:
+        """Nothing to release: the process runs already."""
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """0 once the process has ended or the watch was interrupted; None
+        if neither happened within ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            if self._interrupted.is_set() or not alive(self.pid):
+                self.returncode = 0
+                self.ended_ns = time.monotonic_ns()
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            self._interrupted.wait(POLL_S)
+        return self.returncode
+
+    def stop(self, signum: int = signal.SIGTERM, grace: float = 0.0) -> int:
+        """Stop watching; the process itself is left alone."""
+        self._interrupted.set()
+        return self.wait()
+
+    def forward_signals(self, signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)):
+        """While active, SIGINT/SIGTERM end the watch (not the process)."""
+        return InterruptWatch(self, signals)
+
+    def interrupt(self) -> None:
+        self._interrupted.set()
+        for callback in self.on_interrupt:
+            callback()
+
+    def __enter__(self) -> "Attached":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+class InterruptWatch:
+    """Catches ``signals`` for an :class:`Attached` watch: the first ends the
+    watch (the summary is still printed), a second the agent."""
+
+    def __init__(self, attached: Attached, signals: Sequence[int]):
+        self.attached = attached
+        self.signals = tuple(signals)
+        self.received: list[int] = []
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> "InterruptWatch":
+        for signum in self.signals:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.received)
+
+    def _handle(self, signum, frame) -> None:
+        self.received.append(int(signum))
+        if len(self.received) > 1:
+            raise KeyboardInterrupt
+        self.attached.interrupt()
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def command_line(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise UserError(f"--pid {pid}: no such process (check it with ps -p {pid})") from None
+    except PermissionError:
+        raise UserError(f"--pid {pid}: permission denied: attach to your own processes, "
+                        f"or run as root") from None
+    argv = [os.fsdecode(part) for part in raw.split(b"\0") if part]
+    if not argv:
+        raise UserError(f"--pid {pid}: a kernel thread or a zombie: give a running "
+                        f"user-space process")
+    return argv
+
+
+def executable(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None

@@ -1,0 +1,98 @@
+"""Pinning that never slows a multithreaded command.
+
+``run`` pins CMD to one CPU so that its register readings come from one core.
+A command that runs two threads (or processes) at once would then share that
+CPU among them and take up to twice as long.  So CMD stays pinned only while
+it runs one thread at a time: once two threads of CMD's tree are runnable at
+once (polled every :data:`POLL_S` from the start), or a batch of samples holds
+two threads, the affinity of every thread of the tree is widened to all the
+CPUs the agent may use; threads seen later get the same (one they start
+inherits it).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable
+
+import numpy as np
+
+from ..core.batch import SampleBatch
+from .symbols import descendants
+
+POLL_S = 0.1
+
+
+class PinWhileSingleThreaded:
+    """A tap on the batches of a run: unpins CMD's tree once it runs two threads."""
+
+    def __init__(self, pid: int, cpu: int | None, cpus: set[int], say: Callable[[str], None]):
+        self.pid = pid
+        self.cpu = cpu
+        self.cpus = set(cpus)
+        self.say = say
+        self.released = cpu is None or len(self.cpus) < 2
+        self._widened: set[int] = set()
+        self._lock = threading.Lock()
+        self._ended = threading.Event()
+
+    def start(self) -> "PinWhileSingleThreaded":
+        """Watch CMD's tree for two runnable threads, until :meth:`stop`."""
+        if not self.released:
+            threading.Thread(target=self._poll, name="phasewatch-pinning", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._ended.set()
+
+    def _poll(self) -> None:
+        while not self.released and not self._ended.wait(POLL_S):
+            runnable = sum(_state(pid, tid) == "R" for pid in descendants(self.pid)
+                           for tid in _tasks(pid))
+            if runnable > 1:
+                self.release(runnable)
+
+    def __call__(self, batch: SampleBatch) -> None:
+        if "tid" not in batch or len(batch) == 0:
+            return
+        tids = np.unique(batch["tid"]).tolist()
+        if not self.released and len(tids) > 1:
+            self.release(len(tids))
+        elif self.released and self.cpu is not None:
+            self._widen([t for t in tids if t not in self._widened])
+
+    def release(self, threads: int) -> None:
+        with self._lock:
+            if self.released:
+                return
+            self.released = True
+        tasks = [int(tid) for pid in descendants(self.pid)
+                 for tid in _tasks(pid)]
+        self._widen(tasks)
+        self.say(f"the command runs {threads} threads at once: no longer pinned to CPU "
+                 f"{self.cpu}, so that they run in parallel")
+
+    def _widen(self, tids) -> None:
+        for tid in tids:
+            self._widened.add(tid)
+            try:
+                os.sched_setaffinity(tid, self.cpus)
+            except OSError:       # ended meanwhile
+                pass
+
+
+def _state(pid: int, tid: str) -> str:
+    """The scheduler state letter of a task (R: running or waiting for a CPU)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def _tasks(pid: int) -> list[str]:
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []

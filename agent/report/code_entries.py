@@ -1,0 +1,62 @@
+"""What code each entry of the code signature holds, so that the report can
+label its rows: the IPs a run's samples hashed into each entry (through the
+pipeline's own code map), counted, and named by the functions most of them
+are in."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import numpy as np
+
+from ..core.batch import SampleBatch
+from ..live.symbols import Symbolizer, TreeSymbolizer
+
+
+class CodeEntries:
+    """Feed it each batch just before the pipeline gets it (the code map is
+    then the one the batch is classified with); ``names`` labels entries."""
+
+    def __init__(self, pipeline, symbolizer: Symbolizer | TreeSymbolizer):
+        self.pipeline = pipeline
+        self.symbolizer = symbolizer
+        self._seen: dict[int, Counter] = defaultdict(Counter)    # entry -> (ip, tid) -> n
+
+    def add(self, batch: SampleBatch) -> None:
+        hist = self.pipeline.params.histograms
+        if "ip" not in batch or len(batch) == 0 or hist.ip_signature == "fold":
+            return
+        ips = np.ascontiguousarray(batch["ip"])
+        entries = np.empty(len(ips), np.int32)
+        self.pipeline.code_map.bins(ips, np.ascontiguousarray(batch["t_ns"]),
+                                    hist.code_region_bits, hist.code_bins, entries)
+        tids = batch["tid"] if "tid" in batch else np.zeros(len(ips), np.int64)
+        keys = np.stack([entries.astype(np.int64), ips.astype(np.int64),
+                         np.asarray(tids, np.int64)], axis=1)
+        rows, counts = np.unique(keys, axis=0, return_counts=True)
+        for (entry, ip, tid), n in zip(rows.tolist(), counts.tolist()):
+            if entry >= 0:
+                self._seen[entry][(ip & 0xFFFFFFFFFFFFFFFF, tid)] += n
+
+    def names(self, entries) -> dict[int, str]:
+        """A label per entry: the function with most of its samples, and how
+        many others share the entry."""
+        labels = {}
+        for entry in entries:
+            seen = self._seen.get(int(entry))
+            if not seen:
+                continue
+            pairs = list(seen)
+            ips = np.array([ip for ip, _ in pairs], np.uint64)
+            tids = np.array([tid for _, tid in pairs], np.int64)
+            if isinstance(self.symbolizer, TreeSymbolizer):
+                named = self.symbolizer.names(ips, tids, offsets=False)
+            else:
+                named = self.symbolizer.names(ips, offsets=False)
+            by_name: Counter = Counter()
+            for name, pair in zip(named.tolist(), pairs):
+                by_name[name] += seen[pair]
+            ranked = by_name.most_common()
+            more = f" +{len(ranked) - 1}" if len(ranked) > 1 else ""
+            labels[int(entry)] = f"{ranked[0][0]}{more}"
+        return labels
