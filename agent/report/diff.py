@@ -27,7 +27,7 @@ import numpy as np
 from ..core.histograms import (TOTAL_VARIATION, cumulative_distance_reference,
                                total_variation_distance_reference)
 from ..core.intervals import SEGMENT_KINDS
-from ..core.settings import choose_detector, pipeline_of
+from ..core.settings import choose_detector, pipeline_of, with_detection
 from ..formats.energytable import read_energy_table
 from ..formats.tracefiles import open_trace
 from ..live.phase_functions import PhaseFunctions
@@ -140,6 +140,7 @@ def run_phases(trace: str, args: argparse.Namespace, warn) -> RunPhases:
     """Replay ``trace`` with the detection options in ``args``."""
     source = open_trace(trace, warn=warn)
     try:
+        args = with_detection(args, source.metadata.get("detection"))
         detector = choose_detector(args.detector, tuple(source.signals), warn)
         pipeline = pipeline_of(source, argparse.Namespace(**{**vars(args), "detector": detector}),
                                warn)
