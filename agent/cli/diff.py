@@ -30,8 +30,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from ..report.diff import diff_runs, run_phases
     a, b = run_phases(args.a, args, warn), run_phases(args.b, args, warn)
-    threshold = args.threshold if args.threshold is not None else a.threshold
-    result = diff_runs(a, b, threshold=threshold, tolerance=args.tolerance,
+    result = diff_runs(a, b, threshold=args.threshold, tolerance=args.tolerance,
                        min_share=args.min_share)
     if args.json:
         print(json.dumps(finite(result), indent=2))

@@ -237,9 +237,11 @@ def status_of(seconds_a: float, seconds_b: float, phase_a, phase_b, tolerance: f
     return "same"
 
 
-def diff_runs(a: RunPhases, b: RunPhases, *, threshold: float, tolerance: float = TOLERANCE,
+def diff_runs(a: RunPhases, b: RunPhases, *, threshold: float | None, tolerance: float = TOLERANCE,
               min_share: float = MIN_SHARE) -> dict:
-    """The comparison, as ``diff --json`` prints it."""
+    """The comparison, as ``diff --json`` prints it; without a ``threshold``,
+    A's detection threshold (as recorded or given)."""
+    threshold = a.threshold if threshold is None else threshold
     pairs = []
     for phase_a, phase_b, distance in pair_phases(a, b, threshold):
         side_a, side_b = _side(a, phase_a), _side(b, phase_b)
