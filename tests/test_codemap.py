@@ -16,7 +16,10 @@ from phasewatch.core.params import DetectorParams, Params
 from phasewatch.core.pipeline import Pipeline
 from phasewatch.formats import metadata as md
 from phasewatch.formats.sidetable import read_side_table, with_side_table
+from phasewatch.formats.trace import TraceWriter
 from phasewatch.live.process_maps import ProcessMappings
+
+IP_SIGNALS = ("t_ns", "cpu", "tid", "ip")
 
 MAPPINGS = [
     {"start": 0x400000, "end": 0x480000, "offset": 0x1000, "path": "/usr/bin/prog"},
@@ -110,7 +113,8 @@ def test_live_mappings_of_a_real_process_are_recorded_and_replayed(tmp_path):
         meta = md.new(signals={"t_ns": "", "cpu": "", "tid": "", "ip": ""}, mappings=[])
         pipeline = Pipeline.for_trace(meta, Params(detector=DetectorParams(detector="vpf-ip")))
         trace = tmp_path / "t.arrow"
-        maps = ProcessMappings(proc.pid, pipeline, record=str(trace))
+        writer = TraceWriter(str(trace), meta, IP_SIGNALS, side_table=True)
+        maps = ProcessMappings(proc.pid, pipeline, record=writer)
         libc = mapped_libc(proc.pid)
         ip = int(libc.split("-")[0], 16) + 0x40
         batch = SampleBatch({"t_ns": np.array([1000, 2000], np.int64),
@@ -121,7 +125,7 @@ def test_live_mappings_of_a_real_process_are_recorded_and_replayed(tmp_path):
         assert not pipeline.code_map.unknown(batch["ip"], batch["t_ns"]).any()
         maps.before_feed(batch)          # nothing new: no second read
         assert maps.rereads == 1
-        maps.close()
+        writer.close()
     finally:
         proc.kill()
         proc.wait()
@@ -142,9 +146,9 @@ def test_maps_read_right_after_exec_apply_from_the_start(tmp_path):
     try:
         meta = md.new(signals={"t_ns": "", "cpu": "", "tid": "", "ip": ""}, mappings=[])
         pipeline = Pipeline.for_trace(meta, Params(detector=DetectorParams(detector="vpf-ip")))
-        maps = ProcessMappings(proc.pid, pipeline, record=str(tmp_path / "t.arrow"),
-                               just_execd=True)
-        maps.close()
+        writer = TraceWriter(str(tmp_path / "t.arrow"), meta, IP_SIGNALS, side_table=True)
+        maps = ProcessMappings(proc.pid, pipeline, record=writer, just_execd=True)
+        writer.close()
         exe = next(r for r in maps.rows if r["path"].endswith("/sleep"))
     finally:
         proc.kill()

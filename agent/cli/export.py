@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import UserError
 from ..formats.bbvfile import read_bb
 from ..formats.labellings import Labelling, read_labelling
+from ..formats.outputs import Output, check_outputs
 from ..simpoint.bbvdetect import project_matrix
 from ..simpoint.method import nearest_to_centres
 
@@ -47,20 +48,35 @@ def representatives(labelling: Labelling, vectors: np.ndarray | None) -> np.ndar
     return out
 
 
-def write_simpoints(prefix: str, labels: np.ndarray, points: np.ndarray) -> tuple[str, str]:
+def output_paths(prefix: str) -> tuple[str, str]:
+    return prefix + ".simpoints", prefix + ".weights"
+
+
+def write_simpoints(prefix: str, labels: np.ndarray, points: np.ndarray,
+                    inputs=()) -> tuple[str, str]:
+    """Both files, or neither: each is put in place only when both are complete."""
     weights = np.bincount(labels, minlength=len(points)) / len(labels)
-    sp_path, w_path = prefix + ".simpoints", prefix + ".weights"
-    try:
-        with open(sp_path, "w") as f:
-            f.writelines(f"{int(i)} {p}\n" for p, i in enumerate(points))
-        with open(w_path, "w") as f:
-            f.writelines(f"{w:.6f} {p}\n" for p, w in enumerate(weights))
-    except OSError as exc:
-        raise UserError(f"cannot write {exc.filename}: {exc.strerror}") from None
-    return sp_path, w_path
+    paths = output_paths(prefix)
+    check_outputs(paths, inputs)
+    outs = [Output(path) for path in paths]
+    outs[0].stream.writelines(f"{int(i)} {p}\n" for p, i in enumerate(points))
+    outs[1].stream.writelines(f"{w:.6f} {p}\n" for p, w in enumerate(weights))
+    for out in outs:
+        out.finish()
+    failures = [out.failure for out in outs if out.failure]
+    if failures:
+        for out in outs:
+            out.discard()
+        raise UserError("; ".join(failures))
+    for out in outs:
+        out.commit()
+    return paths
 
 
 def run(args) -> int:
+    prefix = args.output or os.path.splitext(args.simpoints)[0]
+    inputs = [args.simpoints, args.bb]
+    check_outputs(output_paths(prefix), inputs)
     labelling = read_labelling(args.simpoints)
     labels = labelling.labels
     if (labels < 0).any():
@@ -76,7 +92,6 @@ def run(args) -> int:
             raise UserError(f"{args.bb} has {len(bb)} intervals and {args.simpoints} "
                             f"{len(labels)}: give the .bb file the phases were found in")
         vectors = project_matrix(bb.counts)
-    prefix = args.output or os.path.splitext(args.simpoints)[0]
-    sp_path, w_path = write_simpoints(prefix, labels, representatives(labelling, vectors))
+    sp_path, w_path = write_simpoints(prefix, labels, representatives(labelling, vectors), inputs)
     print(f"{sp_path}, {w_path}: {int(labels.max()) + 1} phases over {len(labels)} intervals")
     return 0

@@ -41,6 +41,7 @@ from ..errors import UserError
 from ..formats import metadata as md
 from ..formats.outputs import check_outputs, open_output
 from ..formats.results import finite, summary_dict
+from ..formats.sidetable import check_side_table_output
 from ..live.child import Child, resolve_command
 from ..live.loop import SourceThread
 from .arguments import add_detector_arguments, number
@@ -133,6 +134,8 @@ def check_arguments(args, argv: list[str]) -> None:
     interval_params(args, IntervalParams(), ("instructions",), warn=lambda msg: None)
     args.program = resolve_command(argv[0])
     check_outputs([args.record, args.output], inputs=[args.program])
+    if args.record:
+        check_side_table_output(args.record, inputs=[args.program, args.output])
     if args.report:
         from ..report.folder import check_report_dir
         check_report_dir(args.report)
@@ -145,7 +148,7 @@ def watch(args, child: Child, source: Source) -> int:
     kernels = threading.Thread(target=warm_up, args=(child, args, detector, interval, signals),
                                name="phasewatch-kernels", daemon=True)
     out = open_output(args.output, inputs=[args.program], binary=True) if args.output else None
-    sinks, trace, feed, maps, finished = [], None, None, None, False
+    sinks, trace, feed, finished = [], None, None, False
     try:
         with child.forward_signals() as forwarder:
             kernels.start()
@@ -162,12 +165,12 @@ def watch(args, child: Child, source: Source) -> int:
             symbolizer = Symbolizer.from_pid(child.pid)
             meta = run_metadata(child, source, signals, interval, program_text_range(symbolizer))
             pipeline = pipeline_for(meta, args, detector)
-            maps = ProcessMappings(child.pid, pipeline, record=args.record, just_execd=True)
+            trace = (TraceWriter(args.record, meta, signals, inputs=[args.program],
+                                 side_table=True) if args.record else None)
+            maps = ProcessMappings(child.pid, pipeline, record=trace, just_execd=True)
             figure = observe_figure(pipeline) if args.report else None
             functions = PhaseFunctions(symbolizer)
             sinks += [JsonLinesSink(out.stream)] if out else []
-            trace = (TraceWriter(args.record, meta, signals, inputs=[args.program])
-                     if args.record else None)
             status = StatusLine(os.path.basename(child.argv[0]))
             live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
                            status=status, lost_samples=lambda: source.stats()["lost_samples"],
@@ -185,8 +188,6 @@ def watch(args, child: Child, source: Source) -> int:
         if feed is None or feed.join(timeout=5.0):
             source.close()  # never under a reader still inside it
         close_outputs([out, trace], commit=finished)
-        if maps:
-            maps.close()
     run_info = {
         "command": child.argv, "exit_status": exit_status,
         "interrupted": forwarder.interrupted,

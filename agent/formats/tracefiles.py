@@ -17,6 +17,9 @@ def open_trace(path: str, base_mhz: float | None = None, warn=None):
         raise UserError(f"{path}: is a directory, not a trace")
     try:
         if os.path.getsize(path) == 0:
+            if path.endswith(".partial"):
+                raise UserError(f"{path}: empty file: a recording stopped before it wrote "
+                                f"anything, so there is nothing to replay")
             raise UserError(f"{path}: empty file")
         if is_arrow(path):
             source = TraceReader(path, warn=warn)
