@@ -85,10 +85,15 @@ class TraceWriter:
         if self._side is not None and self._side.failure:
             return f"{self._side.failure}; {self.path} was not kept either (it goes with it)"
         if self._out.failure and self.kept is not None:
-            return (f"cannot write {self.path}: "
-                    f"{os.strerror(self._out.error.errno or 0)}: kept its first "
-                    f"{self.rows_written} samples ({self.kept} batches)")
+            return (f"cannot write {self.path}: {self.write_error}: kept the "
+                    f"{self.rows_written:,} samples written before ({self.kept} batches)")
         return self._out.failure
+
+    @property
+    def write_error(self) -> str | None:
+        """What went wrong with the first write that failed, or None."""
+        error = self._out.error
+        return None if error is None else (os.strerror(error.errno) if error.errno else str(error))
 
     def add_mappings(self, rows: list[dict]) -> None:
         """Append executable mappings to the side table (see :mod:`.sidetable`)."""
