@@ -40,12 +40,12 @@ def representatives(labelling: Labelling, vectors: np.ndarray | None) -> np.ndar
         centres = np.array([vectors[labels == p].mean(axis=0) for p in range(k)])
         return nearest_to_centres(vectors, labels, centres)
     dist = labelling.distance if labelling.distance is not None else np.full(len(labels), np.nan)
-    out = np.empty(k, np.int64)
-    for p in range(k):
-        members = np.flatnonzero(labels == p)
-        d = dist[members]
-        out[p] = members[np.nanargmin(d)] if (~np.isnan(d)).any() else members[0]
-    return out
+    # Each phase's first member with the smallest known distance (its first
+    # member if none is known): one sort of all intervals, not one pass per phase.
+    key = np.where(np.isnan(dist), np.inf, dist)
+    order = np.lexsort((np.arange(len(labels)), key, labels))
+    firsts = np.flatnonzero(np.r_[True, labels[order][1:] != labels[order][:-1]])
+    return order[firsts]
 
 
 def output_paths(prefix: str) -> tuple[str, str]:

@@ -15,6 +15,7 @@ import os
 import stat
 
 from ..errors import UserError
+from .inputs import open_regular
 from .metadata import check_mapping
 from .outputs import Output, check_outputs
 
@@ -98,19 +99,12 @@ def _bad(path: str, line: int, problem: str) -> UserError:
 
 def _read_bounded(path: str) -> bytes | None:
     """The bytes of a regular file of at most MAX_SIDE_TABLE_BYTES; None if absent."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UserError(f"{path}: not a regular file: a side table is a file of "
-                            f"JSON lines; move it away")
-        if st.st_size > MAX_SIDE_TABLE_BYTES:
-            raise UserError(f"{path}: {st.st_size:,} bytes, more than a side table holds "
+    with open_regular(path, "side table") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_SIDE_TABLE_BYTES:
+            raise UserError(f"{path}: {size:,} bytes, more than a side table holds "
                             f"({MAX_SIDE_TABLE_BYTES:,}); move it away")
         try:
             return f.read(MAX_SIDE_TABLE_BYTES + 1)

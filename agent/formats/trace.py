@@ -188,10 +188,11 @@ class TraceReader:
         try:
             self._file = pa.ipc.open_file(self._map)
             schema = self._file.schema
-        except pa.ArrowInvalid:
+            self.signals = tuple(schema.names)
+        except ARROW_ERRORS:
+            # No footer, or a damaged one: read it as the stream it also is.
             self._file = None
             schema = self._open_unfinished()
-        self.signals = tuple(schema.names)
         self.metadata = md.validate(_metadata_of(schema, path), self.signals, path)
         for field in schema:
             if field.name not in RAW_DTYPES:
@@ -206,11 +207,13 @@ class TraceReader:
         self._input.seek(len(ARROW_MAGIC) + 2)
         try:
             self._stream = pa.ipc.open_stream(self._input)
-        except pa.ArrowInvalid:
+            schema = self._stream.schema
+            self.signals = tuple(schema.names)
+        except ARROW_ERRORS:
             raise UserError(f"{self.path}: not a phasewatch trace "
                             f"(an Arrow file whose schema cannot be read)") from None
         self.truncated = True
-        return self._stream.schema
+        return schema
 
     def read_only(self, columns) -> None:
         """Read only ``columns`` (those present) from now on: a replay skips
@@ -224,7 +227,13 @@ class TraceReader:
     def record_batches(self) -> Iterator[pa.RecordBatch]:
         if self._file is not None:
             for i in range(self._file.num_record_batches):
-                record = self._file.get_batch(i)
+                try:
+                    record = self._file.get_batch(i)
+                    record.validate()
+                except ARROW_ERRORS as exc:
+                    raise UserError(f"{self.path}: record batch {i + 1} of "
+                                    f"{self._file.num_record_batches} is damaged "
+                                    f"({_reason(exc)}): the trace is corrupt") from None
                 if record.num_rows:
                     yield record
             return
@@ -232,9 +241,10 @@ class TraceReader:
         while True:
             try:
                 record = self._stream.read_next_batch()
+                record.validate()
             except StopIteration:
                 break
-            except (pa.ArrowInvalid, OSError):
+            except ARROW_ERRORS:
                 self.warn(f"{self.path} was cut off mid-write: replaying its {complete} "
                           f"complete batches ({rows} samples); "
                           f"{self._input.size() - good} bytes after them are lost")
@@ -285,6 +295,15 @@ def _numpy_view(column: pa.Array, dtype: np.dtype) -> np.ndarray:
     if column.null_count or column.type != pa.from_numpy_dtype(dtype):
         return column.to_numpy(zero_copy_only=True)
     return np.frombuffer(column.buffers()[1], dtype, len(column), column.offset * dtype.itemsize)
+
+
+#: What pyarrow raises on bytes that are not the Arrow format it expects
+#: (OSError for a footer or message that fails verification).
+ARROW_ERRORS = (pa.ArrowException, OSError, ValueError, NotImplementedError, MemoryError)
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
 
 
 def _metadata_of(schema: pa.Schema, path: str) -> dict[str, Any]:

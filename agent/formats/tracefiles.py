@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ..errors import UserError
+from .inputs import check_regular
 from .sidetable import with_side_table
 from .trace import TraceReader, is_arrow
 
@@ -15,6 +16,7 @@ def open_trace(path: str, base_mhz: float | None = None, warn=None):
         raise UserError(f"{path}: no such file")
     if os.path.isdir(path):
         raise UserError(f"{path}: is a directory, not a trace")
+    check_regular(path, "trace")       # a FIFO or device would never end
     try:
         if os.path.getsize(path) == 0:
             if path.endswith(".partial"):
