@@ -17,6 +17,7 @@ from phasewatch.formats.sidetable import read_side_table
 from phasewatch.formats.tracefiles import open_trace
 
 BIN = Path(sys.executable).parent / "phasewatch"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "synthetic-skylake.csv"
 
 
 def phasewatch(*argv, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -161,3 +162,65 @@ def test_export_writes_both_files_or_neither(tiny_filesystem, tmp_path):
     one_line_refusal(proc, "No space left on device")
     assert old.read_text() == "old\n" and not (tiny_filesystem / "p.weights").exists()
     assert not list(tiny_filesystem.glob(".*.partial"))
+
+
+# --- smaller cases -----------------------------------------------------------------------------
+
+def test_report_keeps_the_old_index_when_its_picture_cannot_be_written(tmp_path):
+    trace = tmp_path / "t.arrow"
+    assert phasewatch("convert", EXAMPLE, trace).returncode == 0
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "index.html").write_text("old report\n")
+    (out / "phases.png").mkdir()
+    proc = phasewatch("report", trace, "--out", out)
+    one_line_refusal(proc, "phases.png")
+    assert (out / "index.html").read_text() == "old report\n"
+    assert sorted(p.name for p in out.iterdir()) == ["index.html", "phases.png"]
+
+
+def test_run_under_a_small_address_space_limit_is_one_line():
+    proc = subprocess.run(f"ulimit -v 300000; exec {BIN} run --no-pin -- true", shell=True,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("phasewatch run: out of memory")
+
+
+def test_a_csv_with_a_character_across_byte_4096_is_a_trace(tmp_path):
+    from phasewatch.formats.csvtrace import looks_like_csv
+    lines = EXAMPLE.read_bytes().splitlines()
+    header = lines[0] + b",note\n"
+    rows = [line + b"," for line in lines[1:100]]
+    data, at = header, len(header)
+    for row in rows:
+        if at + len(row) <= 4095 < at + len(row) + 200:
+            row += b"x" * (4095 - at - len(row)) + "é".encode()
+        data += row + b"\n"
+        at = len(data)
+    assert data[4095:4097] == "é".encode()
+    path = tmp_path / "u.csv"
+    path.write_bytes(data)
+    assert looks_like_csv(str(path))
+
+
+def test_subscribe_skips_null_list_and_oddly_typed_messages():
+    import zmq
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    proc = subprocess.Popen([str(BIN), "subscribe", "--endpoint", f"tcp://127.0.0.1:{port}",
+                             "--count", "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        odd = [b"null", b"[1, 2]", b'"text"', b'{"type": "samples", "columns": 5}']
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            for body in odd + [b'{"v": 1, "type": "phase", "phase": 1}']:
+                pub.send_multipart([b"phase.cpu0", body])
+            time.sleep(0.05)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        pub.close(0)
+        ctx.term()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert "not a phasewatch message: skipped" in out

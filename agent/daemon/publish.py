@@ -249,6 +249,8 @@ def decode_message(frames: list[bytes]) -> tuple[str, dict | SampleBatch]:
     """A received message as (topic, event dict or SampleBatch)."""
     topic = frames[0].decode()
     body = json.loads(frames[1])
+    if not isinstance(body, dict):
+        raise ValueError("not a phasewatch message: its body is not a JSON object")
     if body.get("type") != "samples":
         return topic, body
     cols = {name: np.frombuffer(frame, np.dtype(dtype))

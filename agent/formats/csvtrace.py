@@ -7,6 +7,7 @@ is scanned again line by line to name the first bad line and column.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import itertools
 from typing import Iterator
@@ -176,7 +177,8 @@ def looks_like_csv(path: str) -> bool:
     with open(path, "rb") as f:
         head = f.read(4096)
     try:
-        text = head.decode("utf-8")
+        # A character cut at the end of the 4096 bytes is not an error.
+        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
     except UnicodeDecodeError:
         return False
     first = next(itertools.chain(text.splitlines(), [""]))

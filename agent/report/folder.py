@@ -7,7 +7,7 @@ import os
 
 from ..core.pipeline import Intervals
 from ..errors import UserError
-from ..formats.outputs import open_output
+from ..formats.outputs import Output, check_outputs
 from ..formats.results import PhaseSummary
 from ..live.phase_functions import PhaseFunctions
 from .figure import PhaseFigure
@@ -37,18 +37,32 @@ def write_report(out_dir: str, figure: PhaseFigure, title: str, notes: list[str]
     html_path = os.path.join(out_dir, "index.html")
     png_path = os.path.join(out_dir, "phases.png")
     text = page(figure, title, notes, rows)
-    with open_output(html_path, inputs=inputs) as out:
-        out.stream.write(text)
-    fail(out)
-    with open_output(png_path, inputs=inputs, binary=True) as out:
-        write_png(figure, title, out.stream)
-    fail(out)
+    # Both are checked, written and finished before either is put in place:
+    # a report that cannot be whole leaves the old one as it was.
+    check_outputs([html_path, png_path], inputs)
+    html = Output(html_path)
+    try:
+        png = Output(png_path, binary=True)
+    except BaseException:
+        html.discard()
+        raise
+    try:
+        html.stream.write(text)
+        write_png(figure, title, png.stream)
+    except BaseException:
+        html.discard()
+        png.discard()
+        raise
+    for out in (html, png):
+        out.finish()
+    failures = [out.failure for out in (html, png) if out.failure]
+    if failures:
+        html.discard()
+        png.discard()
+        raise UserError("; ".join(failures))
+    html.commit()
+    png.commit()
     return [html_path, png_path]
-
-
-def fail(output) -> None:
-    if output.failure:
-        raise UserError(output.failure)
 
 
 def check_report_dir(out_dir: str) -> None:
