@@ -72,7 +72,7 @@ class CodeMap:
         if mappings is None:
             return cls(*(np.zeros(0, np.uint64) for _ in range(5)), np.zeros(0, np.int64),
                        np.zeros(0, np.int64), True)
-        rows = sorted(((int(m.get("t_ns", NEVER)), int(m["start"]), int(m["end"]),
+        rows = sorted(((_since(m), int(m["start"]), int(m["end"]),
                         int(m.get("offset", 0)) if (m.get("path") or "") not in ANON_PATHS else 0,
                         int(object_key(mapping_object(m)))) for m in mappings
                        if int(m["end"]) > int(m["start"])))
@@ -95,6 +95,11 @@ class CodeMap:
         self.bins(np.ascontiguousarray(ips), np.ascontiguousarray(t_ns), 0, 1, out)
         ips = np.asarray(ips)
         return (out < 0) & (ips != 0) & (ips != MISSING) & (ips < KERNEL_START)
+
+
+def _since(m: dict) -> int:
+    """When a mapping starts to apply: its ``t_ns``, or always (none, or null)."""
+    return NEVER if m.get("t_ns") is None else int(m["t_ns"])
 
 
 def replaced_at(rows: list[tuple]) -> list[int]:
