@@ -24,7 +24,10 @@ from zmq.utils.monitor import recv_monitor_message
 PEER_BYTES = 16 << 10
 #: Subscribers connected at once.
 MAX_PEERS = 256
-CHECK_EVERY_S = 0.01
+#: How often connections are checked: often while some subscriber is sending,
+#: seldom while all are quiet, never while none is connected.
+CHECK_BUSY_S = 0.01
+CHECK_QUIET_S = 0.1
 #: ``tcpi_bytes_received`` in Linux's ``struct tcp_info``.
 _BYTES_RECEIVED = struct.Struct("=Q")
 _BYTES_RECEIVED_AT = 128
@@ -41,6 +44,8 @@ class SubscriberGuard:
         self.say = say
         self.cut = 0
         self._peers: dict[int, bool] = {}       # fd -> cut already
+        self._received: dict[int, int] = {}
+        self._busy = False
         self._stop = threading.Event()
         self._monitor = sock.get_monitor_socket(_EVENTS)
         self._thread = threading.Thread(target=self._run, name="phasewatchd-subguard",
@@ -52,7 +57,8 @@ class SubscriberGuard:
         poller.register(self._monitor, zmq.POLLIN)
         try:
             while not self._stop.is_set():
-                if poller.poll(CHECK_EVERY_S * 1000):
+                wait = (CHECK_BUSY_S if self._busy else CHECK_QUIET_S) if self._peers else 0.5
+                if poller.poll(wait * 1000):
                     self._event(recv_monitor_message(self._monitor))
                     continue
                 self._check()
@@ -69,12 +75,20 @@ class SubscriberGuard:
                 self._shut(fd, f"more than {MAX_PEERS} subscribers at once")
         else:
             self._peers.pop(fd, None)
+            self._received.pop(fd, None)
 
     def _check(self) -> None:
+        busy = False
         for fd, done in list(self._peers.items()):
-            if not done and _bytes_received(fd, self.port) > PEER_BYTES:
+            if done:
+                continue
+            received = _bytes_received(fd, self.port)
+            busy |= received != self._received.get(fd)
+            self._received[fd] = received
+            if received > PEER_BYTES:
                 self._shut(fd, f"a subscriber sent more than {PEER_BYTES // 1024} KiB of "
                                f"subscriptions")
+        self._busy = busy
 
     def _shut(self, fd: int, why: str) -> None:
         self._peers[fd] = True
