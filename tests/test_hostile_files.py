@@ -224,3 +224,17 @@ def test_subscribe_skips_null_list_and_oddly_typed_messages():
         ctx.term()
     assert proc.returncode == 0 and "Traceback" not in err, err
     assert "not a phasewatch message: skipped" in out
+
+
+def test_a_recording_named_through_a_link_keeps_its_side_table_beside_the_file(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "t.arrow").write_bytes(b"")
+    link = tmp_path / "t.arrow"
+    os.symlink(real / "t.arrow", link)
+    done = phasewatch("run", "--no-pin", "--interval-ms", "50", "--record", link, "--",
+                      "sleep", "1.5")
+    assert done.returncode == 0, done.stderr
+    assert link.is_symlink() and (real / "t.arrow.mappings.jsonl").exists()
+    rows = read_side_table(str(link))
+    assert rows and any("sleep" in r["path"] for r in rows)

@@ -68,6 +68,8 @@ def read_side_table(trace_path: str) -> list[dict] | None:
     A last line cut short by a crash is left out; any other wrong line is
     refused with its number."""
     path = side_table_path(trace_path)
+    if not os.path.lexists(path):       # a trace named through a link: its table is
+        path = side_table_path(os.path.realpath(trace_path))   # beside the file itself
     data = _read_bounded(path)
     if data is None:
         return None
