@@ -284,3 +284,32 @@ def test_grouped_quality_and_representatives_match_a_pass_per_phase():
             d = dist[members]
             want = members[np.nanargmin(d)] if (~np.isnan(d)).any() else members[0]
             assert got[p] == want
+
+
+MEASURED = """
+import resource, subprocess, sys
+proc = subprocess.run(sys.argv[1:], stderr=subprocess.PIPE, text=True)
+print(proc.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+print(proc.stderr, end="")
+"""
+
+
+def test_a_csv_line_of_256_mb_is_refused_without_holding_copies_of_it(tmp_path):
+    lines = EXAMPLE.read_bytes().splitlines()
+    cells = lines[3].split(b",")
+    path = tmp_path / "long.csv"
+    with open(path, "wb") as f:
+        f.write(b"\n".join(lines[:3]) + b"\n" + b",".join(cells[:5]) + b",")
+        for _ in range(256):
+            f.write(b"1" * (1 << 20))
+        f.write(b"," + b",".join(cells[6:]) + b"\n" + b"\n".join(lines[4:50]) + b"\n")
+    # measured from a small parent, so that the child's peak is its own
+    proc = subprocess.run([sys.executable, "-c", MEASURED,
+                           str(Path(sys.executable).parent / "phasewatch"), "replay", str(path),
+                           "--base-mhz", "3000"], capture_output=True, text=True, timeout=300)
+    head, err = proc.stdout.split("\n", 1)
+    status, peak_kb = map(int, head.split())
+    assert status == 2 and "Traceback" not in err, err
+    assert err.strip() == (f"phasewatch replay: {path}:4: a line longer than 1,048,576 bytes: "
+                           f"not a sample row")
+    assert peak_kb * 1024 < 512 << 20       # it took 1 GB: four copies of the line

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import io
 import itertools
 from typing import Iterator
 
@@ -22,6 +23,53 @@ from ..errors import UserError
 from . import metadata as md
 
 BLOCK_BYTES = 8 << 20
+#: The longest line read as a sample: a real row is under 300 bytes.  A
+#: longer one is refused before the CSV parser gathers it, which would hold
+#: several copies of it.
+MAX_LINE_BYTES = 1 << 20
+
+
+class LineTooLong(Exception):
+    def __init__(self, line: int):
+        self.line = line
+
+
+class _LineBound(io.RawIOBase):
+    """A file read through, failing on a line longer than MAX_LINE_BYTES."""
+
+    def __init__(self, path: str):
+        self._f = open(path, "rb")
+        self._run = 0           # bytes since the last newline
+        self._lines = 1         # the line being read
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._f.read(size)
+        n = len(data)
+        if not n:
+            return data
+        first = data.find(b"\n")
+        if first < 0:
+            self._run += n
+        else:
+            if self._run + first > MAX_LINE_BYTES:
+                raise LineTooLong(self._lines)
+            self._lines += data.count(b"\n")
+            self._run = n - 1 - data.rfind(b"\n")
+        if self._run > MAX_LINE_BYTES:
+            raise LineTooLong(self._lines)
+        return data
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
 
 
 class CsvReader:
@@ -58,7 +106,7 @@ class CsvReader:
         types = {c: pa.from_numpy_dtype(RAW_DTYPES[c]) for c in self.columns}
         try:
             reader = pacsv.open_csv(
-                self.path,
+                _LineBound(self.path),
                 read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, skip_rows=1,
                                                column_names=list(self.header)),
                 convert_options=pacsv.ConvertOptions(column_types=types,
@@ -76,6 +124,9 @@ class CsvReader:
                 yield batch
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             self._fail()
+        except LineTooLong as exc:
+            raise UserError(f"{self.path}:{exc.line}: a line longer than {MAX_LINE_BYTES:,} "
+                            f"bytes: not a sample row") from None
 
     def _fail(self):
         raise UserError(first_bad_cell(self.path, self.columns)) from None
