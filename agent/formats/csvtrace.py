@@ -104,9 +104,10 @@ class CsvReader:
 
     def _read(self) -> Iterator[SampleBatch]:
         types = {c: pa.from_numpy_dtype(RAW_DTYPES[c]) for c in self.columns}
+        source = _LineBound(self.path)
         try:
             reader = pacsv.open_csv(
-                _LineBound(self.path),
+                source,
                 read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, skip_rows=1,
                                                column_names=list(self.header)),
                 convert_options=pacsv.ConvertOptions(column_types=types,
@@ -127,6 +128,8 @@ class CsvReader:
         except LineTooLong as exc:
             raise UserError(f"{self.path}:{exc.line}: a line longer than {MAX_LINE_BYTES:,} "
                             f"bytes: not a sample row") from None
+        finally:
+            source.close()
 
     def _fail(self):
         raise UserError(first_bad_cell(self.path, self.columns)) from None
