@@ -11,12 +11,16 @@ import numpy as np
 import pytest
 
 from phasewatch.core.batch import MISSING, SampleBatch
-from phasewatch.core.codemap import KERNEL_START, CodeMap, code_bins_reference
+from phasewatch.core.codemap import (FOREVER, KERNEL_START, NEVER, CodeMap, code_bins_reference,
+                                   replaced_at)
 from phasewatch.core.params import DetectorParams, Params
 from phasewatch.core.pipeline import Pipeline
 from phasewatch.formats import metadata as md
 from phasewatch.formats.sidetable import read_side_table, with_side_table
+from phasewatch.formats.trace import TraceWriter
 from phasewatch.live.process_maps import ProcessMappings
+
+IP_SIGNALS = ("t_ns", "cpu", "tid", "ip")
 
 MAPPINGS = [
     {"start": 0x400000, "end": 0x480000, "offset": 0x1000, "path": "/usr/bin/prog"},
@@ -110,7 +114,8 @@ def test_live_mappings_of_a_real_process_are_recorded_and_replayed(tmp_path):
         meta = md.new(signals={"t_ns": "", "cpu": "", "tid": "", "ip": ""}, mappings=[])
         pipeline = Pipeline.for_trace(meta, Params(detector=DetectorParams(detector="vpf-ip")))
         trace = tmp_path / "t.arrow"
-        maps = ProcessMappings(proc.pid, pipeline, record=str(trace))
+        writer = TraceWriter(str(trace), meta, IP_SIGNALS, side_table=True)
+        maps = ProcessMappings(proc.pid, pipeline, record=writer)
         libc = mapped_libc(proc.pid)
         ip = int(libc.split("-")[0], 16) + 0x40
         batch = SampleBatch({"t_ns": np.array([1000, 2000], np.int64),
@@ -121,7 +126,7 @@ def test_live_mappings_of_a_real_process_are_recorded_and_replayed(tmp_path):
         assert not pipeline.code_map.unknown(batch["ip"], batch["t_ns"]).any()
         maps.before_feed(batch)          # nothing new: no second read
         assert maps.rereads == 1
-        maps.close()
+        writer.close()
     finally:
         proc.kill()
         proc.wait()
@@ -142,9 +147,9 @@ def test_maps_read_right_after_exec_apply_from_the_start(tmp_path):
     try:
         meta = md.new(signals={"t_ns": "", "cpu": "", "tid": "", "ip": ""}, mappings=[])
         pipeline = Pipeline.for_trace(meta, Params(detector=DetectorParams(detector="vpf-ip")))
-        maps = ProcessMappings(proc.pid, pipeline, record=str(tmp_path / "t.arrow"),
-                               just_execd=True)
-        maps.close()
+        writer = TraceWriter(str(tmp_path / "t.arrow"), meta, IP_SIGNALS, side_table=True)
+        maps = ProcessMappings(proc.pid, pipeline, record=writer, just_execd=True)
+        writer.close()
         exe = next(r for r in maps.rows if r["path"].endswith("/sleep"))
     finally:
         proc.kill()
@@ -153,3 +158,30 @@ def test_maps_read_right_after_exec_apply_from_the_start(tmp_path):
     ip = np.array([exe["start"]], np.uint64)
     assert not pipeline.code_map.unknown(ip, np.array([-(2 ** 62)], np.int64)).any()
     assert read_side_table(str(tmp_path / "t.arrow")) == maps.rows
+
+
+def brute_force_replaced_at(rows):
+    until = [FOREVER] * len(rows)
+    for j, (t, start, end, _, _) in enumerate(rows):
+        for i in range(j):
+            if until[i] == FOREVER and rows[i][1] < end and start < rows[i][2] and rows[i][0] < t:
+                until[i] = t
+    return until
+
+
+def test_when_a_mapping_is_replaced_matches_every_pair_compared():
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(0, 30))
+        rows = sorted((int(rng.choice([NEVER, 1, 2, 3, 5, 8])), s, s + int(rng.integers(1, 40)), 0, 0)
+                      for s in rng.integers(0, 100, n).tolist())
+        assert replaced_at(rows) == brute_force_replaced_at(rows), rows
+
+
+def test_twelve_thousand_mappings_build_in_well_under_a_second():
+    rows = [{"start": 0x1000 * i, "end": 0x1000 * i + 0x800, "offset": 0, "path": f"/lib{i}.so",
+             "t_ns": i} for i in range(12_000)]
+    started = time.perf_counter()
+    table = CodeMap.from_mappings(rows)
+    assert time.perf_counter() - started < 1.0
+    assert len(table.starts) == 12_000

@@ -244,3 +244,161 @@ def test_cli_parser(tokens, command, fuzz_count, tmp_path_factory):
                   "probe": []}[command]
     with contextlib.chdir(d):       # a generated --output name lands here
         check_run(argv[:1] + positional + argv[1:], [trace])
+
+
+# --- side tables, .bb files, results and labels ------------------------------------
+
+SMALL_TRACE = Path(__file__).parent.parent / "examples" / "synthetic-skylake.csv"
+mapping_value = st.one_of(json_value, st.integers(-1, 2**64 + 1), st.just(2**70))
+
+
+@st.composite
+def side_table_bytes(draw) -> bytes:
+    rows = []
+    for _ in range(draw(st.integers(0, 4))):
+        row = {"start": 4096, "end": 8192, "offset": 0, "path": "/bin/x", "t_ns": 1}
+        for key in draw(st.lists(st.sampled_from(list(row) + ["extra"]), max_size=3)):
+            row[key] = draw(mapping_value)
+        for key in draw(st.lists(st.sampled_from(list(row)), max_size=1)):
+            row.pop(key, None)
+        rows.append(json.dumps(row).encode())
+    data = b"\n".join(rows) + draw(st.sampled_from([b"\n", b"", b"\n{\"start\": 1", b"\xff\n"]))
+    if draw(st.booleans()) and data:
+        at = draw(st.integers(0, len(data) - 1))
+        data = data[:at] + bytes([data[at] ^ (1 << draw(st.integers(0, 7)))]) + data[at + 1:]
+    return data
+
+
+@FUZZ
+@given(side=side_table_bytes())
+def test_side_table_reader(side, fuzz_count, tmp_path_factory):
+    fuzz_count("side table")
+    d = tmp_path_factory.mktemp("side")
+    trace = d / "t.csv"
+    trace.write_bytes(SMALL_TRACE.read_bytes()[:30000].rsplit(b"\n", 1)[0] + b"\n")
+    table = d / "t.csv.mappings.jsonl"
+    table.write_bytes(side)
+    check_run(["replay", str(trace), "--detector", "vpf-ip", "--interval-ms", "5"],
+              [trace, table])
+
+
+bb_entry = st.tuples(st.one_of(st.integers(0, 50), st.integers(0, 2**70)),
+                     st.one_of(st.integers(0, 10**6), st.integers(0, 2**70)))
+
+
+@st.composite
+def bb_text(draw) -> str:
+    lines = []
+    for _ in range(draw(st.integers(0, 6))):
+        kind = draw(st.integers(0, 9))
+        if kind == 0:
+            lines.append(draw(st.text(max_size=12)))
+        elif kind == 1:
+            lines.append("# comment")
+        else:
+            entries = draw(st.lists(bb_entry, min_size=0, max_size=5))
+            lines.append("T" + "".join(f":{b}:{c} " for b, c in entries))
+    return "\n".join(lines) + "\n"
+
+
+@FUZZ
+@given(text=bb_text(), command=st.sampled_from(["replay", "export"]))
+def test_bb_reader(text, command, fuzz_count, tmp_path_factory):
+    fuzz_count(".bb file")
+    d = tmp_path_factory.mktemp("bb")
+    bb = d / "x.bb"
+    bb.write_text(text, errors="surrogateescape")
+    if command == "replay":
+        check_run(["replay", str(bb), "--output", str(d / "r.jsonl")], [bb])
+        return
+    labels = d / "l.json"
+    n = sum(1 for line in text.splitlines() if line.startswith("T"))
+    labels.write_text(json.dumps([i % 2 for i in range(max(n, 1))]))
+    check_run(["export", "--simpoints", str(labels), "--bb", str(bb), "-o", str(d / "o")],
+              [bb, labels])
+
+
+@st.composite
+def results_text(draw) -> str:
+    rows = []
+    for i in range(draw(st.integers(1, 6))):
+        row = {"index": i, "t_end_ns": 1000 * (i + 1), "instructions": 100, "cycles": 150,
+               "phase": i % 2, "distance": 0.1, "new_phase": i == 0}
+        for key in draw(st.lists(st.sampled_from(list(row)), max_size=2)):
+            row[key] = draw(mapping_value)
+        rows.append(json.dumps(row))
+    if draw(st.booleans()):
+        rows.append(draw(st.sampled_from(["[" * 5000, "null", "[1]", "{", "7"])))
+    return "\n".join(rows) + "\n"
+
+
+labels_text = st.one_of(
+    st.lists(json_value, max_size=6).map(json.dumps),
+    st.lists(st.tuples(st.integers(-2, 2**70), st.floats() | st.text(max_size=3)), max_size=6)
+    .map(lambda rows: "".join(f"{a} {b}\n" for a, b in rows)),
+    st.integers(1, 20_000).map(lambda depth: "[" * depth + "]" * depth),
+)
+
+
+@FUZZ
+@given(a=st.one_of(results_text(), labels_text), b=st.one_of(results_text(), labels_text),
+       command=st.sampled_from(["eval", "export"]))
+def test_results_and_labels_readers(a, b, command, fuzz_count, tmp_path_factory):
+    fuzz_count("results and labels")
+    d = tmp_path_factory.mktemp("labels")
+    pa_, pb = d / "a.txt", d / "b.txt"
+    pa_.write_text(a)
+    pb.write_text(b)
+    argv = (["eval", str(pa_), str(pb)] if command == "eval"
+            else ["export", "--simpoints", str(pa_), "-o", str(d / "o")])
+    check_run(argv, [pa_, pb])
+
+
+# --- the daemon's config and its reload ---------------------------------------------------
+
+from phasewatch.daemon import config as daemon_config  # noqa: E402
+from phasewatch.daemon.service import Daemon  # noqa: E402
+
+config_value = st.one_of(
+    st.sampled_from(["inf", "-inf", "nan", "1e-300", "1e300", "0", "-1", "3000000000",
+                     "100000000000000000000000", '"x"', "[]", "[1, 2]", "true", "{}", '"all"',
+                     "[" * 200 + "]" * 200, '"tcp://127.0.0.1:1"', '"127.0.0.1:0"']),
+    st.integers(-2**70, 2**70).map(str), st.floats(allow_nan=False).map(repr))
+config_key = st.sampled_from([(t, k) for t, keys in daemon_config.SCHEMA.items() for k in keys]
+                             + [("source", "bogus"), ("sinks", "x")])
+
+
+@st.composite
+def config_bytes(draw) -> bytes:
+    by_table: dict[str, list[str]] = {}
+    for (table, key), value in draw(st.lists(st.tuples(config_key, config_value), max_size=4)):
+        by_table.setdefault(table, []).append(f"{key} = {value}")
+    text = "".join(f"[{t}]\n" + "\n".join(lines) + "\n" for t, lines in by_table.items())
+    data = text.encode()
+    tail = draw(st.sampled_from([b"", b"# r\xe9glages\n", b"[detector\n", b"\x00"]))
+    return data + tail
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(data=config_bytes())
+def test_daemon_config_and_reload(data, fuzz_count, tmp_path_factory):
+    """Any config file is a checked Config or one UserError line; a reload of
+    it keeps the running config unless it is accepted."""
+    fuzz_count("daemon config and reload")
+    path = tmp_path_factory.mktemp("cfg") / "phasewatch.toml"
+    path.write_bytes(data)
+    try:
+        config = daemon_config.load(str(path))
+    except UserError as exc:
+        assert "\n" not in str(exc)
+        config = None
+    running = daemon_config.Config(detector="vpf-ip")
+    args = type("Args", (), {"replay": None, "replay_speed": None, "metrics": None,
+                             "zmq": None, "record": None, "zmq_samples": False})()
+    daemon = Daemon(running, str(path), args)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        daemon.reload()
+    if config is None or "reload refused" in err.getvalue():
+        assert daemon.config is running, err.getvalue()
+    assert "Traceback" not in err.getvalue()

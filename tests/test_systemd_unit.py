@@ -70,3 +70,10 @@ def test_the_unit_is_hardened_and_says_why_for_each_capability():
     for cap in capabilities:
         reason = [c for c in comments if re.match(rf"#\s+{cap}\s+\S", c)]
         assert reason, f"{cap} has no stated reason"
+
+
+def test_the_unit_bounds_the_daemons_memory():
+    text = UNIT.read_text()
+    keys = dict(line.split("=", 1) for line in text.splitlines() if "=" in line
+                and not line.startswith("#"))
+    assert keys["MemoryMax"].endswith(("M", "G")) and keys["MemoryHigh"].endswith(("M", "G"))

@@ -16,6 +16,7 @@ from ..console import warn
 from ..errors import UserError
 from ..formats.bbvfile import read_bb
 from ..formats.labellings import Labelling, read_labelling
+from ..formats.outputs import Output, check_outputs
 from ..simpoint.bbvdetect import project_matrix
 from ..simpoint.method import nearest_to_centres
 
@@ -40,28 +41,43 @@ def representatives(labelling: Labelling, vectors: np.ndarray | None) -> np.ndar
         centres = np.array([vectors[labels == p].mean(axis=0) for p in range(k)])
         return nearest_to_centres(vectors, labels, centres)
     dist = labelling.distance if labelling.distance is not None else np.full(len(labels), np.nan)
-    out = np.empty(k, np.int64)
-    for p in range(k):
-        members = np.flatnonzero(labels == p)
-        d = dist[members]
-        out[p] = members[np.nanargmin(d)] if (~np.isnan(d)).any() else members[0]
-    return out
+    # Each phase's first member with the smallest known distance (its first
+    # member if none is known): one sort of all intervals, not one pass per phase.
+    key = np.where(np.isnan(dist), np.inf, dist)
+    order = np.lexsort((np.arange(len(labels)), key, labels))
+    firsts = np.flatnonzero(np.r_[True, labels[order][1:] != labels[order][:-1]])
+    return order[firsts]
 
 
-def write_simpoints(prefix: str, labels: np.ndarray, points: np.ndarray) -> tuple[str, str]:
+def output_paths(prefix: str) -> tuple[str, str]:
+    return prefix + ".simpoints", prefix + ".weights"
+
+
+def write_simpoints(prefix: str, labels: np.ndarray, points: np.ndarray,
+                    inputs=()) -> tuple[str, str]:
+    """Both files, or neither: each is put in place only when both are complete."""
     weights = np.bincount(labels, minlength=len(points)) / len(labels)
-    sp_path, w_path = prefix + ".simpoints", prefix + ".weights"
-    try:
-        with open(sp_path, "w") as f:
-            f.writelines(f"{int(i)} {p}\n" for p, i in enumerate(points))
-        with open(w_path, "w") as f:
-            f.writelines(f"{w:.6f} {p}\n" for p, w in enumerate(weights))
-    except OSError as exc:
-        raise UserError(f"cannot write {exc.filename}: {exc.strerror}") from None
-    return sp_path, w_path
+    paths = output_paths(prefix)
+    check_outputs(paths, inputs)
+    outs = [Output(path) for path in paths]
+    outs[0].stream.writelines(f"{int(i)} {p}\n" for p, i in enumerate(points))
+    outs[1].stream.writelines(f"{w:.6f} {p}\n" for p, w in enumerate(weights))
+    for out in outs:
+        out.finish()
+    failures = [out.failure for out in outs if out.failure]
+    if failures:
+        for out in outs:
+            out.discard()
+        raise UserError("; ".join(failures))
+    for out in outs:
+        out.commit()
+    return paths
 
 
 def run(args) -> int:
+    prefix = args.output or os.path.splitext(args.simpoints)[0]
+    inputs = [args.simpoints, args.bb]
+    check_outputs(output_paths(prefix), inputs)
     labelling = read_labelling(args.simpoints)
     if labelling.instruction_intervals is False and not args.bb:
         warn(f"{args.simpoints}: its intervals are sample counts or times, not instructions "
@@ -81,7 +97,6 @@ def run(args) -> int:
             raise UserError(f"{args.bb} has {len(bb)} intervals and {args.simpoints} "
                             f"{len(labels)}: give the .bb file the phases were found in")
         vectors = project_matrix(bb.counts)
-    prefix = args.output or os.path.splitext(args.simpoints)[0]
-    sp_path, w_path = write_simpoints(prefix, labels, representatives(labelling, vectors))
+    sp_path, w_path = write_simpoints(prefix, labels, representatives(labelling, vectors), inputs)
     print(f"{sp_path}, {w_path}: {int(labels.max()) + 1} phases over {len(labels)} intervals")
     return 0

@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except (MemoryError, ImportError) as exc:
+        print(one_line(f"{command}: {_load_failure(exc)}"), file=sys.stderr)
+        return 2
     except BrokenPipeError:         # the reader went away, as with `| head`
         _silence_stdout()
         return 0
@@ -89,6 +92,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{command}: cannot write standard output: {exc.strerror}", file=sys.stderr)
         _silence_stdout()
         return 2
+
+
+def _load_failure(exc: BaseException) -> str:
+    """Why memory or a library ran out: under an address-space limit
+    (ulimit -v) a library fails to map as often as an allocation fails."""
+    text = str(exc)
+    if isinstance(exc, MemoryError) or "map segment" in text or "allocate memory" in text:
+        return (f"out of memory ({text or type(exc).__name__}): raise the memory limit "
+                f"(ulimit -v)")
+    return f"cannot load a library ({text}): install phasewatch again (make install)"
 
 
 def entry() -> None:

@@ -3,15 +3,24 @@ service itself is :mod:`phasewatch.daemon.service`."""
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
+import signal
+import threading
 
-from .. import __version__
-from ..daemon.config import DETECTORS
-from ..daemon.service import DEFAULT_CONFIG, Daemon, load_config, log
-from ..errors import UserError
-from .arguments import RECORDED, add_detector_arguments
+# A SIGHUP (reload) that comes while the daemon is still starting is kept for
+# later, not left to its default action (ending the process): from here on,
+# before the slow imports below.
+RELOAD = threading.Event()
+signal.signal(signal.SIGHUP, lambda *_: RELOAD.set())
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+from .. import __version__  # noqa: E402
+from ..daemon.config import DETECTORS  # noqa: E402
+from ..daemon.service import DEFAULT_CONFIG, Daemon, load_config, log  # noqa: E402
+from ..errors import UserError  # noqa: E402
+from .arguments import RECORDED, add_detector_arguments  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,9 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        RELOAD.clear()      # the config read next is the newest
         config = load_config(args)
         path = args.config or (DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None)
-        code = Daemon(config, path, args).run()
+        code = Daemon(config, path, args, reload=RELOAD).run()
     except UserError as exc:
         log(str(exc))
         return exc.exit_code

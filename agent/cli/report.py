@@ -20,7 +20,8 @@ from ..console import warn
 from ..core.pipeline import Intervals, Pipeline
 from ..core.settings import pipeline_of
 from ..errors import UserError
-from ..formats.labellings import read_labels
+from ..formats.inputs import read_text
+from ..formats.labellings import number_problem, phase_problem, read_labels
 from ..formats.results import adjusted_rand_index
 from ..formats.tracefiles import open_trace
 from ..live.phase_functions import PhaseFunctions
@@ -110,13 +111,9 @@ def looks_like_results(path: str) -> bool:
 
 def read_results(path: str) -> list[dict]:
     rows = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, start=1):
-                if line.strip():
-                    rows.append(_result_row(path, number, line))
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not UTF-8 text, so not JSON Lines results") from None
+    for number, line in enumerate(read_text(path, "results").splitlines(), start=1):
+        if line.strip():
+            rows.append(_result_row(path, number, line))
     if not rows:
         raise UserError(f"{path}: no intervals in the results (an empty run)")
     return rows
@@ -127,9 +124,16 @@ def _result_row(path: str, number: int, line: str) -> dict:
         row = json.loads(line)
     except ValueError as exc:
         raise UserError(f"{path}, line {number}: not JSON ({exc})") from None
+    except RecursionError:
+        raise UserError(f"{path}, line {number}: not JSON (nested too deeply)") from None
     if not isinstance(row, dict) or not {"phase", "distance", "new_phase", "t_end_ns"} <= set(row):
         raise UserError(f"{path}, line {number}: not a phasewatch result (needs phase, "
                         f"distance, new_phase and t_end_ns)")
+    problem = (phase_problem(row["phase"]) or number_problem("distance", row["distance"])
+               or (None if type(row["t_end_ns"]) is int and abs(row["t_end_ns"]) < 2**63
+                   else f"t_end_ns {str(row['t_end_ns'])[:30]} is not an integer"))
+    if problem:
+        raise UserError(f"{path}, line {number}: {problem}: not a phasewatch result")
     return row
 
 
@@ -153,18 +157,10 @@ def drawn_from_results(path: str, results: list[dict], replayed: Intervals) -> I
 
 def read_truth(path: str) -> list:
     """A JSON list, or SimPoint's labels file (``LABEL [DISTANCE]`` per line)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64).lstrip()
-    except OSError as exc:
-        raise UserError(f"cannot read labels {path}: {exc.strerror}") from None
-    if head[:1] == b"[":
+    text = read_text(path, "labels")
+    if text.lstrip()[:1] == "[":
         return read_labels(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            return [line.split()[0] for line in f if line.strip()]
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: labels must be a JSON list or SimPoint labels text") from None
+    return [line.split()[0] for line in text.splitlines() if line.strip()]
 
 
 def check_labels(path: str, labels: list, n: int) -> list:

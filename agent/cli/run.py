@@ -48,6 +48,7 @@ from ..errors import UserError
 from ..formats import metadata as md
 from ..formats.outputs import check_outputs, open_output
 from ..formats.results import finite, summary_dict
+from ..formats.sidetable import check_side_table_output
 from ..live.attach import Attached
 from ..live.child import Child, allowed_cpus, resolve_command
 from ..live.loop import SourceThread
@@ -186,6 +187,8 @@ def check_arguments(args, program: str | None) -> None:
     if args.powercap_root:
         from ..live.phase_energy import EnergyMeter
         EnergyMeter.open(args.powercap_root)
+    if args.record:
+        check_side_table_output(args.record, inputs=[args.program, args.output])
     if args.report:
         from ..report.folder import check_report_dir
         check_report_dir(args.report)
@@ -199,7 +202,7 @@ def watch(args, child: Child, source: Source, relay: TerminalRelay | None = None
     kernels = threading.Thread(target=warm_up, args=(child, args, detector, interval, signals),
                                name="phasewatch-kernels", daemon=True)
     out = open_output(args.output, inputs=[args.program], binary=True) if args.output else None
-    sinks, trace, feed, maps, finished = [], None, None, None, False
+    sinks, trace, feed, finished = [], None, None, False
     energy = phase_energy(args)   # reading before CMD's first sample
     try:
         with child.forward_signals() as forwarder:
@@ -222,15 +225,15 @@ def watch(args, child: Child, source: Source, relay: TerminalRelay | None = None
             meta = run_metadata(child, source, signals, interval, program_text_range(symbolizer))
             pipeline = pipeline_for(meta, args, detector)
             meta["detection"] = detection_dict(pipeline.params.detector)
-            maps = ProcessMappings(child.pid, pipeline, record=args.record, just_execd=True)
             tree = TreeSymbolizer(symbolizer)
             functions = PhaseFunctions(tree)
             figure, entries = observe_figure(pipeline, tree) if args.report else (None, None)
             sinks += [results_sink(args.output, out.stream)] if out else []
             sinks += [profile] if profile else []
             sinks += [energy] if energy else []
-            trace = (TraceWriter(args.record, meta, signals, inputs=[args.program])
-                     if args.record else None)
+            trace = (TraceWriter(args.record, meta, signals, inputs=[args.program],
+                                 side_table=True) if args.record else None)
+            maps = ProcessMappings(child.pid, pipeline, record=trace, just_execd=True)
             status = StatusLine(os.path.basename(child.argv[0]), enabled=relay is not None)
             live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
                            status=status, lost_samples=lambda: source.stats()["lost_samples"],
@@ -260,8 +263,6 @@ def watch(args, child: Child, source: Source, relay: TerminalRelay | None = None
         if feed is None or feed.join(timeout=5.0):
             source.close()  # never under a reader still inside it
         close_outputs([out, trace], commit=finished)
-        if maps:
-            maps.close()
         if energy:
             energy.finish()
     run_info = {

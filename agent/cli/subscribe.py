@@ -12,6 +12,7 @@ import json
 
 import zmq
 
+from ..core.batch import SampleBatch
 from ..daemon.publish import decode_message
 from ..errors import UserError
 
@@ -61,7 +62,11 @@ def secure(sub: zmq.Socket, args) -> None:
 
 
 def line(frames: list[bytes]) -> str:
+    """One message as a line; ValueError (or another error of its kind) if
+    it is not a phasewatch message."""
     topic, body = decode_message(frames)
+    if not isinstance(body, (dict, SampleBatch)):
+        raise ValueError("not a JSON object")
     if isinstance(body, dict):
         return f"{topic} {json.dumps(body)}"
     header = json.loads(frames[1])
@@ -78,7 +83,8 @@ def run(args) -> int:
             frames = sub.recv_multipart()
             try:
                 text = line(frames)
-            except (ValueError, IndexError, UnicodeDecodeError):
+            except (ValueError, IndexError, KeyError, TypeError, AttributeError,
+                    RecursionError):
                 text = f"{frames[0][:64]!r} (not a phasewatch message: skipped)"
             print(text, flush=True)
             seen += 1

@@ -72,15 +72,11 @@ class CodeMap:
         if mappings is None:
             return cls(*(np.zeros(0, np.uint64) for _ in range(5)), np.zeros(0, np.int64),
                        np.zeros(0, np.int64), True)
-        rows = sorted(((int(m.get("t_ns", NEVER)), int(m["start"]), int(m["end"]),
+        rows = sorted(((_since(m), int(m["start"]), int(m["end"]),
                         int(m.get("offset", 0)) if (m.get("path") or "") not in ANON_PATHS else 0,
                         int(object_key(mapping_object(m)))) for m in mappings
                        if int(m["end"]) > int(m["start"])))
-        until = [FOREVER] * len(rows)
-        for j, (t, start, end, _, _) in enumerate(rows):
-            for i in range(j):
-                if until[i] == FOREVER and rows[i][1] < end and start < rows[i][2] and rows[i][0] < t:
-                    until[i] = t
+        until = replaced_at(rows)
         order = sorted(range(len(rows)), key=lambda i: (rows[i][1], rows[i][0]))
         col = lambda k, dt: np.array([rows[i][k] for i in order], dt)  # noqa: E731
         ends = col(2, np.uint64)
@@ -99,6 +95,42 @@ class CodeMap:
         self.bins(np.ascontiguousarray(ips), np.ascontiguousarray(t_ns), 0, 1, out)
         ips = np.asarray(ips)
         return (out < 0) & (ips != 0) & (ips != MISSING) & (ips < KERNEL_START)
+
+
+def _since(m: dict) -> int:
+    """When a mapping starts to apply: its ``t_ns``, or always (none, or null)."""
+    return NEVER if m.get("t_ns") is None else int(m["t_ns"])
+
+
+def replaced_at(rows: list[tuple]) -> list[int]:
+    """For each mapping ``(t_ns, start, end, ...)``, sorted by ``t_ns``: the
+    earliest later ``t_ns`` of a mapping overlapping it (FOREVER if none).
+
+    Addresses are cut into the slots between consecutive starts and ends; the
+    mappings are taken latest first, each reading the smallest time stored
+    over its slots and then storing its own (never larger), so the work is
+    the slots each mapping covers, not every pair of mappings."""
+    if not rows:
+        return []
+    starts = [r[1] for r in rows]
+    ends = [r[2] for r in rows]
+    points = np.unique(np.array(starts + ends, np.uint64))
+    lo = np.searchsorted(points, np.array(starts, np.uint64)).tolist()
+    hi = np.searchsorted(points, np.array(ends, np.uint64)).tolist()
+    earliest = np.full(len(points), FOREVER, np.int64)
+    until = [FOREVER] * len(rows)
+    j = len(rows)
+    while j > 0:                       # one group of equal t_ns at a time
+        t = rows[j - 1][0]
+        i = j
+        while i > 0 and rows[i - 1][0] == t:
+            i -= 1
+        for k in range(i, j):
+            until[k] = int(earliest[lo[k]:hi[k]].min())
+        for k in range(i, j):
+            earliest[lo[k]:hi[k]] = t
+        j = i
+    return until
 
 
 @kernel(cache=True, nogil=True, inline="always")

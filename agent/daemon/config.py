@@ -7,13 +7,23 @@ file, the key and the reason.  Command-line flags override the file.  See
 
 from __future__ import annotations
 
+import math
+import os
+import stat
 import tomllib
 from dataclasses import dataclass, replace
 
+from ..core.batch import ID_RANGES
 from ..core.params import DEFAULT_THRESHOLD
 from ..errors import UserError
+from ..formats.metadata import MAX_INTERVAL_INSTRUCTIONS, MAX_INTERVAL_NS, MIN_INTERVAL_NS
 from .publish import DEFAULT_HWM
 from .targets import DEFAULT_GRACE_S, DEFAULT_MAX_PHASES
+
+#: The largest config file read (the full example is under 4 KiB).
+MAX_CONFIG_BYTES = 1 << 20
+MAX_REPLAY_SPEED = 1e6
+MIN_REPLAY_SPEED = 1e-3
 
 SOURCES = ("auto", "kmod", "msr", "perf", "replay")
 DETECTORS = ("vpf", "vpf-ip")
@@ -74,8 +84,40 @@ def _positive(x) -> str | None:
     return None if x > 0 else "must be positive"
 
 
+def _between(low, high, unit: str = ""):
+    """A check that a number is finite and within [low, high]."""
+    def check(x) -> str | None:
+        if _finite(x) and low <= x <= high:
+            return None
+        return f"give a number from {_plain(low)} to {_plain(high)}{unit}"
+    return check
+
+
+def _plain(x) -> str:
+    return f"{int(x):,}" if x == int(x) else f"{x:g}"
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _finite(x) -> bool:
+    try:
+        return math.isfinite(x)
+    except OverflowError:       # an integer beyond any float
+        return False
+
+
 def _threshold(x) -> str | None:
     return None if 0 < x <= 1 else "give a distance in (0, 1]"
+
+
+def replay_speed_problem(x) -> str | None:
+    if x == 0 or (_finite(x) and MIN_REPLAY_SPEED <= x <= MAX_REPLAY_SPEED):
+        return None
+    return (f"give 0 (as fast as possible) or a speed from {_plain(MIN_REPLAY_SPEED)} "
+            f"to {_plain(MAX_REPLAY_SPEED)} times real time")
 
 
 def _one_of(choices):
@@ -83,13 +125,16 @@ def _one_of(choices):
 
 
 def _cpus(x) -> str | None:
-    if x == "all" or (isinstance(x, list) and all(isinstance(c, int) and c >= 0 for c in x)):
+    top = ID_RANGES["cpu"][1]
+    if x == "all" or (isinstance(x, list) and all(type(c) is int and 0 <= c <= top for c in x)):
         return None
-    return 'give "all" or a list of CPU numbers'
+    return f'give "all" or a list of CPU numbers (0 to {top})'
 
 
 def _pids(x) -> str | None:
-    return None if all(isinstance(p, int) and p > 0 for p in x) else "give positive pids"
+    top = ID_RANGES["tid"][1]
+    return None if all(type(p) is int and 0 < p <= top for p in x) else \
+        f"give pids from 1 to {top}"
 
 
 def _strings(x) -> str | None:
@@ -109,10 +154,9 @@ SCHEMA = {
     "source": {
         "kind": ("source", str, _one_of(SOURCES)),
         "trace": ("trace", str, None),
-        "replay_speed": ("replay_speed", (int, float), lambda x: None if x >= 0 else
-                         "must be 0 (as fast as possible) or more"),
+        "replay_speed": ("replay_speed", (int, float), replay_speed_problem),
         "msr_path": ("msr_path", str, None),
-        "rate_hz": ("rate_hz", int, _positive),
+        "rate_hz": ("rate_hz", int, _between(1, 100_000, " Hz")),
         "powercap_root": ("powercap_root", str, None),
     },
     "targets": {
@@ -120,29 +164,30 @@ SCHEMA = {
         "pids": ("pids", list, _pids),
         "commands": ("commands", list, _strings),
         "cgroups": ("cgroups", list, _strings),
-        "rescan_seconds": ("rescan_seconds", (int, float), _positive),
+        "rescan_seconds": ("rescan_seconds", (int, float), _between(0.1, 86_400, " s")),
     },
     "detector": {
         "name": ("detector", str, _one_of(DETECTORS)),
         "threshold": ("threshold", (int, float), _threshold),
         "adaptive": ("adaptive", bool, None),
-        "interval_instructions": ("interval_instructions", int, _positive),
-        "interval_ms": ("interval_ms", (int, float), _positive),
-        "interval_samples": ("interval_samples", int, _positive),
-        "max_phases": ("max_phases", int, lambda x: None if x >= 2 else "must be at least 2"),
+        "interval_instructions": ("interval_instructions", int,
+                                  _between(1, MAX_INTERVAL_INSTRUCTIONS)),
+        "interval_ms": ("interval_ms", (int, float),
+                        _between(MIN_INTERVAL_NS / 1e6, MAX_INTERVAL_NS / 1e6, " ms")),
+        "interval_samples": ("interval_samples", int, _between(1, 10_000_000)),
+        "max_phases": ("max_phases", int, _between(2, 100_000)),
     },
     "metrics": {
         "listen": ("metrics", str, _address),
         "certfile": ("metrics_certfile", str, None),
         "keyfile": ("metrics_keyfile", str, None),
         "client_cafile": ("metrics_client_cafile", str, None),
-        "grace_seconds": ("grace_seconds", (int, float), lambda x: None if x >= 0 else
-                          "must be 0 or more"),
+        "grace_seconds": ("grace_seconds", (int, float), _between(0, 10**7, " s")),
     },
     "zmq": {
         "endpoint": ("zmq", str, lambda x: None if "://" in x else
                      "give a ZeroMQ endpoint such as tcp://127.0.0.1:5556"),
-        "hwm": ("zmq_hwm", int, _positive),
+        "hwm": ("zmq_hwm", int, _between(1, 10**7)),
         "samples": ("zmq_samples", bool, None),
         "curve_secret_key": ("curve_secret_key", str, None),
         "curve_authorized_keys": ("curve_authorized_keys", str, None),
@@ -162,14 +207,38 @@ def split_address(text: str) -> tuple[str, int]:
 
 def load(path: str) -> Config:
     """The config in ``path``, checked; a UserError naming the key otherwise."""
+    text = read_text(path)
     try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except OSError as exc:
-        raise UserError(f"cannot read config {path}: {exc.strerror}") from None
+        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise UserError(f"{path}: not a phasewatchd config (nested too deeply)") from None
     return from_dict(doc, path)
+
+
+def read_text(path: str) -> str:
+    """A regular file of at most MAX_CONFIG_BYTES, as UTF-8 text.  Opened
+    without blocking, so a FIFO in its place is refused, not waited on."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UserError(f"cannot read config {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"cannot read config {path}: not a regular file: give a TOML file")
+        try:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        except OSError as exc:
+            raise UserError(f"cannot read config {path}: {exc.strerror}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise UserError(f"{path}: larger than a config may be ({MAX_CONFIG_BYTES:,} bytes)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start}): TOML files are UTF-8; "
+                        f"save it as UTF-8") from None
 
 
 def from_dict(doc: dict, path: str = "config") -> Config:
@@ -186,10 +255,10 @@ def from_dict(doc: dict, path: str = "config") -> Config:
                                 f"(known: {', '.join(SCHEMA[table])})")
             name, types, rule = SCHEMA[table][key]
             if not isinstance(value, types) or (isinstance(value, bool) and types in (int, (int, float))):
-                raise UserError(f"{path}: [{table}] {key} = {value!r}: wrong type")
+                raise UserError(f"{path}: [{table}] {key} = {_shown(value)}: wrong type")
             problem = rule(value) if rule else None
             if problem:
-                raise UserError(f"{path}: [{table}] {key} = {value!r}: {problem}")
+                raise UserError(f"{path}: [{table}] {key} = {_shown(value)}: {problem}")
             values[name] = tuple(value) if isinstance(value, list) else value
     given = frozenset(values) & set(DETECTION_FLAGS + INTERVAL_FLAGS)
     return check(replace(Config(), **values, given=given), path)
@@ -259,7 +328,8 @@ def with_flags(config: Config, args) -> Config:
     for flag, value in (("--metrics", config.metrics),):
         if value and _address(value):
             raise UserError(f"{flag} {value}: {_address(value)}")
-    if config.replay_speed < 0:
-        raise UserError(f"--replay-speed {config.replay_speed}: give 0 (as fast as possible) or more")
+    problem = replay_speed_problem(config.replay_speed)
+    if problem:
+        raise UserError(f"--replay-speed {config.replay_speed}: {problem}")
     return check(config, "options")
 

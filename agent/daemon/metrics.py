@@ -22,6 +22,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.process_collector import ProcessCollector
 
 from .. import __version__
+from ..errors import UserError
 from ..live.host_signals import CSTATES, HostSignals
 from .targets import Targets
 
@@ -166,6 +167,10 @@ def registry_for(collector: PhasewatchCollector) -> CollectorRegistry:
 class _Server(ThreadingWSGIServer):
     """prometheus_client's threading server, for the address family of the host."""
 
+    #: Connections the kernel queues before they are accepted (socketserver's
+    #: default, 5, turns many concurrent scrapes away).
+    request_queue_size = 1024
+
     def handle_error(self, request, client_address) -> None:
         """A client that sent garbage or hung up ends its own connection, quietly."""
 
@@ -179,6 +184,27 @@ class _Handler(WSGIRequestHandler):
         pass
 
 
+def tls_context(tls: dict) -> ssl.SSLContext:
+    """The server's TLS context; a UserError naming the file it cannot use."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    for name, load in (("certfile", lambda: context.load_cert_chain(tls["certfile"],
+                                                                   tls.get("keyfile"))),
+                       ("client_cafile", lambda: tls.get("client_cafile") and
+                        context.load_verify_locations(cafile=tls["client_cafile"]))):
+        try:
+            load()
+        except (OSError, ValueError) as exc:
+            what = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc)
+            files = (tls["certfile"] + (f" / {tls['keyfile']}" if tls.get("keyfile") else "")
+                     if name == "certfile" else tls["client_cafile"])
+            raise UserError(f"[metrics] {name} {files}: cannot use it ({what}): "
+                            f"give a PEM certificate and its key") from None
+    if tls.get("client_cafile"):
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
 def serve(registry: CollectorRegistry, host: str, port: int, tls: dict | None = None):
     """Serve /metrics on host:port, with TLS and client certificates if ``tls``
     names them; returns the server, to shut it down.
@@ -189,16 +215,11 @@ def serve(registry: CollectorRegistry, host: str, port: int, tls: dict | None = 
     thread (``do_handshake_on_connect=False``: OpenSSL shakes hands on the
     first read)."""
     tls = tls or {}
+    context = tls_context(tls) if tls.get("certfile") else None
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     server_class = type("MetricsServer", (_Server,), {"address_family": family})
     server = make_server(host, port, make_wsgi_app(registry), server_class, handler_class=_Handler)
-    if tls.get("certfile"):
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(tls["certfile"], tls.get("keyfile"))
-        if tls.get("client_cafile"):
-            context.load_verify_locations(cafile=tls["client_cafile"])
-            context.verify_mode = ssl.CERT_REQUIRED
+    if context is not None:
         server.socket = context.wrap_socket(server.socket, server_side=True,
                                             do_handshake_on_connect=False)
     threading.Thread(target=server.serve_forever, name="phasewatchd-metrics", daemon=True).start()

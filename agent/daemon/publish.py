@@ -43,6 +43,11 @@ of blocking, and the message is counted as dropped.  ZeroMQ then sends it to
 no subscriber, so while one subscriber is stalled with a full queue the others
 miss the same messages; the drops, and ``seq``, say so.  ``phasewatch proxy``
 between the daemon and many subscribers keeps them apart.
+
+What a subscriber can make the daemon hold is bounded: a message longer than
+:data:`MAX_MESSAGE_BYTES` (ZMQ_MAXMSGSIZE) ends that peer's connection, and
+on TCP a connection that sends more than a budget of subscriptions, or one
+beyond a number of connections, is shut down (:mod:`.subguard`).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ import ipaddress
 import json
 import math
 import platform
+import sys
 import threading
 import time
 from typing import Callable
@@ -61,9 +67,13 @@ import zmq
 from ..core.batch import SampleBatch
 from ..core.pipeline import Intervals
 from ..errors import UserError
+from .subguard import SubscriberGuard
 
 WIRE_VERSION = 1
 DEFAULT_HWM = 1000
+#: The longest message a subscriber may send: a subscription (real topics are
+#: under 64 bytes) or a CurveZMQ handshake command (under 400).
+MAX_MESSAGE_BYTES = 1024
 
 
 def is_loopback_endpoint(endpoint: str) -> bool:
@@ -92,36 +102,56 @@ class Publisher:
         self.sent = 0
         self.subscriptions = 0
         self.bad_subscriptions = 0
+        self.topics = 0             # distinct topics subscribed now
+        self._hwm = hwm
         self._seq: dict[str, int] = {}
         self._lock = threading.Lock()
         self._auth = None
+        self._keys = None
         self._context = context or zmq.Context.instance()
-        self.socket = self._context.socket(zmq.XPUB)
-        self.socket.setsockopt(zmq.SNDHWM, hwm)
-        self.socket.setsockopt(zmq.XPUB_NODROP, 1)
-        self.socket.setsockopt(zmq.LINGER, 200)
         if curve:
             self._secure(curve)
+        self.socket = self._open_socket()
+        self.guard = None
+        if endpoint.startswith("tcp://"):
+            port = int(self.socket.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
+            self.guard = SubscriberGuard(self.socket, port, say=_log)
+
+    def _open_socket(self) -> zmq.Socket:
+        sock = self._context.socket(zmq.XPUB)
+        sock.setsockopt(zmq.SNDHWM, self._hwm)
+        sock.setsockopt(zmq.XPUB_NODROP, 1)
+        sock.setsockopt(zmq.LINGER, 200)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        # Little queued on the way in, so that the guard's count of a
+        # connection's bytes is close to what the socket has taken in.
+        sock.setsockopt(zmq.RCVHWM, 64)
+        sock.setsockopt(zmq.RCVBUF, 16 << 10)
+        if self._keys is not None:
+            sock.curve_publickey, sock.curve_secretkey = self._keys
+            sock.curve_server = True
         try:
-            self.socket.bind(endpoint)
+            sock.bind(self.endpoint)
         except zmq.ZMQError as exc:
-            self.socket.close(0)
-            raise UserError(f"--zmq {endpoint}: cannot bind: {exc.strerror}") from None
+            sock.close(0)
+            raise UserError(f"--zmq {self.endpoint}: cannot bind: {exc.strerror}") from None
+        return sock
 
     def _secure(self, curve: dict) -> None:
         """CurveZMQ: the server's key pair, and the clients' public keys allowed."""
         import zmq.auth
         from zmq.auth.thread import ThreadAuthenticator
-        public, secret = zmq.auth.load_certificate(curve["secret_key"])
+        try:
+            public, secret = zmq.auth.load_certificate(curve["secret_key"])
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{curve['secret_key']}: cannot read the CurveZMQ key ({exc})") from None
         if secret is None:
             raise UserError(f"{curve['secret_key']}: not a secret key file (make one with "
                             f"zmq.auth.create_certificates)")
         self._auth = ThreadAuthenticator(self._context)
         self._auth.start()
         self._auth.configure_curve(domain="*", location=curve["authorized_keys"])
-        self.socket.curve_secretkey = secret
-        self.socket.curve_publickey = public
-        self.socket.curve_server = True
+        self._keys = (public, secret)
 
     # --- events --------------------------------------------------------------
 
@@ -191,14 +221,19 @@ class Publisher:
 
     def _drain_subscriptions(self) -> None:
         """Read the subscription messages XPUB hands up, so they never pile up.
-        A well-formed one is a byte 1 (subscribe) or 0 (unsubscribe) and a topic."""
+        A well-formed one is a byte 1 (subscribe) or 0 (unsubscribe) and a
+        topic.  XPUB hands up a topic's first subscription and its last
+        unsubscription only, so their difference is the distinct topics held."""
         while True:
             try:
                 msg = self.socket.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            if msg[:1] in (b"\x00", b"\x01"):
+            if msg[:1] == b"\x01":
                 self.subscriptions += 1
+                self.topics += 1
+            elif msg[:1] == b"\x00":
+                self.topics = max(self.topics - 1, 0)
             else:
                 self.bad_subscriptions += 1
 
@@ -208,10 +243,16 @@ class Publisher:
             self._drain_subscriptions()
 
     def close(self) -> None:
+        if self.guard is not None:
+            self.guard.stop()
         with self._lock:
             self.socket.close()
         if self._auth is not None:
             self._auth.stop()
+
+
+def _log(msg: str) -> None:
+    print(f"phasewatchd: {msg}", file=sys.stderr, flush=True)
 
 
 def _number(x: float):
@@ -222,6 +263,8 @@ def decode_message(frames: list[bytes]) -> tuple[str, dict | SampleBatch]:
     """A received message as (topic, event dict or SampleBatch)."""
     topic = frames[0].decode()
     body = json.loads(frames[1])
+    if not isinstance(body, dict):
+        raise ValueError("not a phasewatch message: its body is not a JSON object")
     if body.get("type") != "samples":
         return topic, body
     cols = {name: np.frombuffer(frame, np.dtype(dtype))

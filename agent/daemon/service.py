@@ -119,20 +119,25 @@ class Worker:
         self.lag_s = 0.0
         self.samples = 0
         self.ended = threading.Event()
+        self.started = self.stopped = False
         self.error: BaseException | None = None
+        self.recording_said = False
         self.thread = threading.Thread(target=self._run, name=f"phasewatchd-{name}", daemon=True)
 
     def _trace(self, directory: str) -> TraceWriter:
-        stamp = time.strftime("%Y%m%dT%H%M%S")
+        # The process id too: two daemons started in the same second, with one
+        # directory, record to two files.
+        stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
         path = os.path.join(directory, f"phasewatchd-{platform.node()}-{self.name}-{stamp}.arrow")
         # The intervals the daemon used, so that a replay splits alike.
         meta = dict(self.meta, recorded_by="phasewatchd", interval=asdict(self.params.interval),
                     detection=detection_dict(self.params.detector))
-        return TraceWriter(path, meta, self.signals)
+        return TraceWriter(path, meta, self.signals, keep_complete=True)
 
     def start(self) -> "Worker":
         self.feed.start()
         self.thread.start()
+        self.started = True
         return self
 
     def _seen(self, batch) -> None:
@@ -164,12 +169,22 @@ class Worker:
 
     def stop(self, timeout: float) -> None:
         """Stop, wait for the loop (within ``timeout``), close the source and trace."""
+        if self.stopped:
+            return
+        self.stopped = True
         self.request_stop()
-        self.thread.join(timeout)
-        if self.feed.join(timeout=0.05):
+        if self.thread.ident is not None:       # started
+            self.thread.join(timeout)
+        if not self.started or self.feed.join(timeout=0.05):
             self.source.close()     # never under a reader still inside it
         if self.trace is not None:
             self.trace.close()
+
+    @property
+    def recording_failure(self) -> str | None:
+        """Why the recording is incomplete or gone (a full disk, its folder
+        removed), or None."""
+        return self.trace.failure if self.trace is not None else None
 
     @property
     def dropped(self) -> int:
@@ -202,7 +217,8 @@ def open_live_sources(config) -> list[tuple[str, object, dict, tuple, str | None
 
 
 class Daemon:
-    def __init__(self, config: daemon_config.Config, config_path: str | None, args=None):
+    def __init__(self, config: daemon_config.Config, config_path: str | None, args=None,
+                 reload: threading.Event | None = None):
         self.config = config
         self.config_path = config_path
         self.args = args
@@ -212,8 +228,9 @@ class Daemon:
         self.energy = None
         self.server = None
         self.workers: list[Worker] = []
+        self.lost_recordings: list[str] = []
         self._stop = threading.Event()
-        self._reload = threading.Event()
+        self._reload = reload or threading.Event()     # set by SIGHUP
         self._last_tick = 0.0
         self._last_scan = time.monotonic()
 
@@ -266,7 +283,8 @@ class Daemon:
         try:
             self.server = serve(registry_for(collector), host, port, self.config.tls)
         except OSError as exc:
-            raise UserError(f"--metrics {self.config.metrics}: cannot listen: {exc.strerror}") from None
+            raise UserError(f"--metrics {self.config.metrics}: cannot listen: "
+                            f"{exc.strerror or exc}: give a free port") from None
 
     # --- run ---------------------------------------------------------------
 
@@ -293,7 +311,7 @@ class Daemon:
         failed = [w for w in self.workers if w.error is not None]
         if failed:
             raise failed[0].error
-        return 0
+        return 2 if self.lost_recordings else 0
 
     def _upkeep(self, reported_end: set) -> None:
         now = time.monotonic()
@@ -308,6 +326,7 @@ class Daemon:
         if self.publisher:
             self.publisher.poll()
         for w in self.workers:
+            self._check_recording(w)
             if w.ended.is_set() and w.name not in reported_end:
                 reported_end.add(w.name)
                 if w.error is not None:
@@ -315,6 +334,14 @@ class Daemon:
                 else:
                     log(f"{w.name}: the source ended after {w.samples:,} samples; "
                         f"still serving the last state")
+
+    def _check_recording(self, w: Worker) -> None:
+        """Say, once, that a worker's recording stopped (a full disk)."""
+        error = w.trace.write_error if w.trace is not None else None
+        if error is not None and not w.recording_said:
+            w.recording_said = True
+            log(f"recording {w.trace.path}: {error}: it stops here; the "
+                f"{w.trace.rows_written:,} samples written before are kept")
 
     def _rescan(self) -> None:
         """Watch processes of the configured commands and cgroups that started since."""
@@ -345,8 +372,15 @@ class Daemon:
         done = [w for w in self.workers if w.ended.is_set() and w.pid is not None
                 and w.error is None and not w.targets.by_name]
         for w in done:
-            w.stop(timeout=0.1)
+            self._stop_worker(w, timeout=0.1)
             self.workers.remove(w)
+
+    def _stop_worker(self, w: Worker, timeout: float) -> None:
+        """Stop a worker, and say if its recording could not be kept whole."""
+        w.stop(timeout)
+        if w.recording_failure:
+            self.lost_recordings.append(w.recording_failure)
+            log(w.recording_failure)
 
     def _handle_signals(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
@@ -366,6 +400,11 @@ class Daemon:
                 detectors.check_signals(detector_for(w, new), w.signals)
         except UserError as exc:
             log(f"reload refused, keeping the running config: {exc}")
+            self.notifier.ready()
+            return
+        except Exception as exc:        # anything unforeseen keeps the daemon up too
+            log(f"reload refused, keeping the running config: {self.config_path}: "
+                f"{type(exc).__name__}: {exc}")
             self.notifier.ready()
             return
         self.apply(new)
@@ -396,7 +435,7 @@ class Daemon:
         for w in self.workers:
             w.request_stop()        # all at once: each loop ends within its poll
         for w in self.workers:
-            w.stop(timeout=max(deadline - time.monotonic(), 0.05))
+            self._stop_worker(w, timeout=max(deadline - time.monotonic(), 0.05))
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()

@@ -8,6 +8,7 @@ each block: ``F:id:address:function``.
 
 from __future__ import annotations
 
+import io
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -15,11 +16,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import UserError
+from .inputs import open_regular
 
 if TYPE_CHECKING:  # scipy is slow to import: only .bb files load it
     import scipy.sparse
 
 _ENTRY = re.compile(r":(\d+):(\d+)")
+#: The largest block id and count read: exp-bbv numbers blocks from 1 up and
+#: counts the instructions of an interval (about 10^8); these bounds keep every
+#: sum within 64 bits and every matrix within memory.
+MAX_BLOCK_ID = 2**31 - 2
+MAX_COUNT = 2**40
+MAX_INTERVAL = 2**50
 
 
 @dataclass
@@ -40,9 +48,9 @@ class BlockVectors:
 def looks_like_bb(path: str) -> bool:
     """True for a file whose first non-comment line is an exp-bbv ``T:`` line."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             head = f.read(4096)
-    except OSError:
+    except (OSError, UserError):
         return False
     for line in head.splitlines():
         line = line.strip()
@@ -54,8 +62,9 @@ def looks_like_bb(path: str) -> bool:
 def read_bb(path: str) -> BlockVectors:
     rows, cols, vals = [], [], []
     n = 0
+    raw = open_regular(path, ".bb")
     try:
-        with open(path, encoding="ascii", errors="replace") as f:
+        with io.TextIOWrapper(raw, encoding="ascii", errors="replace") as f:
             for lineno, line in enumerate(f, start=1):
                 text = line.strip()
                 if not text or text.startswith("#"):
@@ -74,6 +83,11 @@ def read_bb(path: str) -> BlockVectors:
     matrix = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), cols_all)),
                            shape=(n, int(cols_all.max()) + 1 if len(cols_all) else 1))
     matrix.sum_duplicates()
+    totals = np.asarray(matrix.sum(axis=1, dtype=np.float64)).ravel()
+    if len(totals) and totals.max() > MAX_INTERVAL:
+        row = int(np.argmax(totals))
+        raise UserError(f"{path}: interval {row + 1} counts {totals[row]:.3g} instructions, "
+                        f"beyond any real interval: not exp-bbv output")
     return BlockVectors(matrix)
 
 
@@ -90,9 +104,15 @@ def _parse_line(text: str, path: str, lineno: int) -> tuple[np.ndarray, np.ndarr
         what = repr(bad[0][:40])
         raise UserError(f"{path}:{lineno}: malformed basic-block entry {what}: "
                         f"each entry is ':id:count' with decimal integers")
+    for block, count in pairs:
+        if len(block) > 10 or len(count) > 13 or not (0 < int(block) <= MAX_BLOCK_ID
+                                                     and int(count) <= MAX_COUNT):
+            if int(block) == 0:
+                raise UserError(f"{path}:{lineno}: block id 0: exp-bbv numbers blocks from 1")
+            raise UserError(f"{path}:{lineno}: entry ':{block[:24]}:{count[:24]}' is out of "
+                            f"range (block ids 1 to {MAX_BLOCK_ID:,}, counts up to "
+                            f"{MAX_COUNT:,}): not exp-bbv output")
     arr = np.array(pairs, np.int64)
-    if (arr[:, 0] == 0).any():
-        raise UserError(f"{path}:{lineno}: block id 0: exp-bbv numbers blocks from 1")
     return arr[:, 0], arr[:, 1]
 
 

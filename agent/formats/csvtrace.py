@@ -7,7 +7,9 @@ is scanned again line by line to name the first bad line and column.
 
 from __future__ import annotations
 
+import codecs
 import csv
+import io
 import itertools
 from typing import Iterator
 
@@ -21,6 +23,53 @@ from ..errors import UserError
 from . import metadata as md
 
 BLOCK_BYTES = 8 << 20
+#: The longest line read as a sample: a real row is under 300 bytes.  A
+#: longer one is refused before the CSV parser gathers it, which would hold
+#: several copies of it.
+MAX_LINE_BYTES = 1 << 20
+
+
+class LineTooLong(Exception):
+    def __init__(self, line: int):
+        self.line = line
+
+
+class _LineBound(io.RawIOBase):
+    """A file read through, failing on a line longer than MAX_LINE_BYTES."""
+
+    def __init__(self, path: str):
+        self._f = open(path, "rb")
+        self._run = 0           # bytes since the last newline
+        self._lines = 1         # the line being read
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._f.read(size)
+        n = len(data)
+        if not n:
+            return data
+        first = data.find(b"\n")
+        if first < 0:
+            self._run += n
+        else:
+            if self._run + first > MAX_LINE_BYTES:
+                raise LineTooLong(self._lines)
+            self._lines += data.count(b"\n")
+            self._run = n - 1 - data.rfind(b"\n")
+        if self._run > MAX_LINE_BYTES:
+            raise LineTooLong(self._lines)
+        return data
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
 
 
 class CsvReader:
@@ -55,9 +104,10 @@ class CsvReader:
 
     def _read(self) -> Iterator[SampleBatch]:
         types = {c: pa.from_numpy_dtype(RAW_DTYPES[c]) for c in self.columns}
+        source = _LineBound(self.path)
         try:
             reader = pacsv.open_csv(
-                self.path,
+                source,
                 read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, skip_rows=1,
                                                column_names=list(self.header)),
                 convert_options=pacsv.ConvertOptions(column_types=types,
@@ -75,6 +125,11 @@ class CsvReader:
                 yield batch
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             self._fail()
+        except LineTooLong as exc:
+            raise UserError(f"{self.path}:{exc.line}: a line longer than {MAX_LINE_BYTES:,} "
+                            f"bytes: not a sample row") from None
+        finally:
+            source.close()
 
     def _fail(self):
         raise UserError(first_bad_cell(self.path, self.columns)) from None
@@ -176,7 +231,8 @@ def looks_like_csv(path: str) -> bool:
     with open(path, "rb") as f:
         head = f.read(4096)
     try:
-        text = head.decode("utf-8")
+        # A character cut at the end of the 4096 bytes is not an error.
+        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
     except UnicodeDecodeError:
         return False
     first = next(itertools.chain(text.splitlines(), [""]))

@@ -10,11 +10,17 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import UserError
+from .inputs import read_text
+
+#: The largest phase (cluster) id read: ids index arrays, so a huge one would
+#: ask for memory beyond any machine's.
+MAX_PHASE_ID = 1_000_000
 
 
 @dataclass
@@ -36,15 +42,31 @@ class Labelling:
         return len(np.unique(self.labels))
 
 
+def phase_problem(value) -> str | None:
+    """What is wrong with a phase id read from a file (-1: no phase), or None."""
+    if type(value) is not int:
+        return f"phase {_shown(value)} is not an integer"
+    if not -1 <= value <= MAX_PHASE_ID:
+        return f"phase {_shown(value)} is out of range (-1 to {MAX_PHASE_ID:,})"
+    return None
+
+
+def number_problem(name: str, value) -> str | None:
+    """A number, or null, as results keep ``distance``, ``instructions``, ``cycles``."""
+    if value is None:
+        return None
+    if type(value) not in (int, float) or (type(value) is int and abs(value) > 2**63):
+        return f"{name} {_shown(value)} is not a number"
+    return None
+
+
+def _shown(value) -> str:
+    text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else str(value)
+    return text if len(text) <= 30 else text[:27] + "..."
+
+
 def read_labelling(path: str) -> Labelling:
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not text: give JSON Lines results, a JSON list of labels "
-                        f"or a SimPoint labels file") from None
+    text = read_text(path, "labels")
     head = text.lstrip()[:1]
     if not head:
         raise UserError(f"{path}: empty file: no labels")
@@ -62,12 +84,19 @@ def _results(path: str, text: str) -> Labelling:
             continue
         try:
             row = json.loads(line)
-            phases.append(int(row["phase"]))
         except ValueError as exc:
             raise UserError(f"{path}:{lineno}: not a JSON object ({exc})") from None
-        except (KeyError, TypeError):
+        except RecursionError:
+            raise UserError(f"{path}:{lineno}: not a JSON object (nested too deeply)") from None
+        if not isinstance(row, dict) or "phase" not in row:
             raise UserError(f"{path}:{lineno}: no integer 'phase': give phasewatch "
-                            f"results (replay --output)") from None
+                            f"results (replay --output)")
+        problem = phase_problem(row["phase"]) or next(filter(None, (
+            number_problem(k, row.get(k)) for k in ("distance", "instructions", "cycles"))), None)
+        if problem:
+            raise UserError(f"{path}:{lineno}: {problem}: give phasewatch results "
+                            f"(replay --output)")
+        phases.append(row["phase"])
         instr.append(float(row.get("instructions") or 0))
         cycles.append(float(row.get("cycles") or 0))
         d = row.get("distance")
@@ -85,6 +114,8 @@ def _labels(path: str, text: str) -> Labelling:
         labels = json.loads(text)
     except ValueError as exc:
         raise UserError(f"{path}: not JSON ({exc})") from None
+    except RecursionError:
+        raise UserError(f"{path}: not a JSON list of labels (nested too deeply)") from None
     if not isinstance(labels, list) or not labels:
         raise UserError(f"{path}: labels must be a non-empty JSON list, one per interval")
     if any(isinstance(x, (list, dict)) for x in labels):
@@ -105,17 +136,16 @@ def _simpoint(path: str, text: str) -> Labelling:
         except ValueError:
             raise UserError(f"{path}:{lineno}: expected 'cluster [distance]' (SimPoint labels), "
                             f"found {line.strip()[:40]!r}") from None
+        problem = phase_problem(labels[-1])
+        if problem:
+            raise UserError(f"{path}:{lineno}: cluster {problem.split(' ', 1)[1]}")
     return Labelling(path, "simpoint", np.array(labels, np.int64), None, np.array(dist))
 
 
 def read_labels(path: str) -> list:
+    text = read_text(path, "labels")
     try:
-        with open(path, "rb") as f:
-            labels = json.loads(f.read())
-    except OSError as exc:
-        raise UserError(f"cannot read labels {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not JSON text (not UTF-8)") from None
+        labels = json.loads(text)
     except RecursionError:
         raise UserError(f"{path}: not a JSON list of labels (nested too deeply)") from None
     except ValueError as exc:

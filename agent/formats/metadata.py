@@ -78,7 +78,7 @@ class MappingSchema(_Schema):
     end: Address
     offset: Address
     path: str
-    t_ns: int | None = None
+    t_ns: Annotated[int, Meta(ge=-2**63, le=2**63 - 1)] | None = None
 
 
 class DetectionSchema(_Schema):
@@ -145,8 +145,9 @@ def _inconsistency(t: TraceSchema) -> tuple[str, str] | None:
     addresses = [("text_range", t.text_range), ("histograms.text_range", h.text_range)]
     addresses += [(f"mappings.{i}", [m.start, m.end, m.offset]) for i, m in enumerate(t.mappings or ())]
     for name, values in addresses:
-        if values is not None and max(values) > U64_MAX:
-            return name, f"{max(values)} is beyond a 64-bit address"
+        problem = address_problem(values)
+        if problem:
+            return name, problem
     for name, pair in (("text_range", t.text_range), ("histograms.voltage_mv", h.voltage_mv),
                        ("histograms.pfreq_mhz", h.pfreq_mhz),
                        ("histograms.text_range", h.text_range)):
@@ -155,6 +156,22 @@ def _inconsistency(t: TraceSchema) -> tuple[str, str] | None:
     if h.ip_bins & (h.ip_bins - 1):
         return "histograms.ip_bins", f"{h.ip_bins} is not a power of two"
     return None
+
+
+def address_problem(values) -> str | None:
+    if values is not None and max(values) > U64_MAX:
+        return f"{max(values)} is beyond a 64-bit address"
+    return None
+
+
+def check_mapping(row: Any) -> str | None:
+    """What is wrong with one executable mapping (as in ``mappings``), or None."""
+    try:
+        m = msgspec.convert(row, MappingSchema, strict=True)
+    except msgspec.ValidationError as exc:
+        field_path, message = _where(str(exc))
+        return f"{field_path!r}: {message}" if field_path else message
+    return address_problem([m.start, m.end, m.offset])
 
 
 def new(*, cpu: dict[str, Any] | None = None, base_freq_mhz: float | None = None,

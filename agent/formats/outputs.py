@@ -79,12 +79,16 @@ class Output:
     are kept in :attr:`error` instead of raised.  Finish with :meth:`close`
     (commit) or :meth:`discard`."""
 
-    def __init__(self, path: str, binary: bool = False, fifo_timeout: float | None = None):
+    def __init__(self, path: str, binary: bool = False, fifo_timeout: float | None = None,
+                 temp: str | None = None):
         self.path = path
         self.error: OSError | None = None
         self._final: str | None = None        # where the temporary file goes when done
         self._temp: str | None = None
-        fd = self._open(path, FIFO_TIMEOUT_S if fifo_timeout is None else fifo_timeout)
+        if temp is None:
+            fd = self._open(path, FIFO_TIMEOUT_S if fifo_timeout is None else fifo_timeout)
+        else:
+            fd = self._open_temp(path, temp)
         raw = io.open(fd, "wb", buffering=BUFFER_BYTES)
         inner = raw if binary else io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape")
         self.stream = _Guarded(inner, self)
@@ -110,6 +114,18 @@ class Output:
         os.fchmod(fd, mode)
         return fd
 
+    def _open_temp(self, path: str, temp: str) -> int:
+        """A regular file under the given temporary name (one that must not exist)."""
+        self._final = os.path.realpath(path)
+        fd = _os_open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 & ~_umask(), what=path)
+        self._temp = temp
+        return fd
+
+    @property
+    def temp_path(self) -> str | None:
+        """The temporary file the output is written to until it is complete."""
+        return self._temp
+
     @property
     def failure(self) -> str | None:
         """One line saying why the output is incomplete, or None."""
@@ -127,7 +143,15 @@ class Output:
     def close(self) -> None:
         """Flush and, for a regular file, rename it into place; if a write
         failed, remove the partial file instead (see :attr:`failure`)."""
+        self.finish()
+        self.commit()
+
+    def finish(self) -> None:
+        """Flush everything to disk, without putting the file in place yet."""
         self.stream.close()
+
+    def commit(self) -> None:
+        """Rename the finished file into place, or remove it if a write failed."""
         if self._temp is None:
             return
         if self.error is not None:
@@ -140,6 +164,22 @@ class Output:
             self.discard()
             return
         self._temp = None
+
+    def keep_first(self, size: int) -> bool:
+        """After a failed write, keep the first ``size`` bytes (the part known
+        complete) under the output's name instead of removing them; False if
+        that could not be done either (the partial file is then removed)."""
+        self.stream.close()
+        if self._temp is None:
+            return False
+        try:
+            os.truncate(self._temp, size)
+            os.replace(self._temp, self._final)
+        except OSError:
+            self.discard()
+            return False
+        self._temp = None
+        return True
 
     def discard(self) -> None:
         """Drop the output: a regular file's temporary file is removed and
@@ -223,11 +263,11 @@ class _Guarded(io.RawIOBase):
         return self._inner.closed
 
 
-def _os_open(path: str, flags: int) -> int:
+def _os_open(path: str, flags: int, mode: int = 0o777, what: str | None = None) -> int:
     try:
-        return os.open(path, flags | os.O_CLOEXEC)
+        return os.open(path, flags | os.O_CLOEXEC, mode)
     except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror}") from None
+        raise UserError(f"cannot write {what or path}: {exc.strerror}") from None
 
 
 def _open_fifo(path: str, timeout: float) -> int:

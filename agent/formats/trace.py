@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any, Iterator
@@ -22,6 +23,7 @@ from ..core.batch import RAW_DTYPES, SampleBatch, first_bad_id, id_problem
 from ..errors import UserError
 from . import metadata as md
 from .outputs import open_output
+from .sidetable import open_side_table
 
 ARROW_MAGIC = b"ARROW1"
 META_KEY = b"phasewatch"
@@ -39,25 +41,65 @@ def arrow_schema(signals, metadata: dict[str, Any]) -> pa.Schema:
 
 
 class TraceWriter:
-    """Appends sample batches to a trace file."""
+    """Appends sample batches to a trace file.
+
+    With ``side_table``, the trace's side table (:mod:`.sidetable`) is written
+    with it as one unit: both stay under temporary names until both are
+    complete, so a run killed or failing midway leaves an older pair as it
+    was.  With ``keep_complete``, a failed write (a full disk) keeps the
+    batches written before it under the trace's name instead of removing them.
+    """
 
     def __init__(self, path: str, metadata: dict[str, Any], signals,
-                 rows: int = WRITE_ROWS, seconds: float = WRITE_SECONDS, inputs=()):
+                 rows: int = WRITE_ROWS, seconds: float = WRITE_SECONDS, inputs=(),
+                 side_table: bool = False, keep_complete: bool = False):
         self.path = path
         self.schema = arrow_schema(signals, metadata)
         self.signals = tuple(self.schema.names)
         self.rows, self.seconds = rows, seconds
+        self.keep_complete = keep_complete
+        self.kept: int | None = None      # batches kept after a failed write
         self._pending: list[SampleBatch] = []
         self._pending_rows = 0
         self._last_write = time.monotonic()
         self.rows_written = 0
+        self._batches_written = 0
         self._out = open_output(path, inputs, binary=True)
         self._writer = pa.ipc.new_file(self._out.stream, self.schema)
+        # The schema on disk at once: a recording killed before its first
+        # samples is still a trace (of none).
+        self._writer.write_batch(pa.RecordBatch.from_arrays(
+            [_arrow_array(np.zeros(0, RAW_DTYPES[n])) for n in self.signals], schema=self.schema))
+        self._out.stream.flush()
+        self._complete = self._out.stream.tell() if self._out.error is None else 0
+        try:
+            self._side = (open_side_table(path, self._out.temp_path, inputs)
+                          if side_table else None)
+        except BaseException:
+            self._out.discard()
+            raise
 
     @property
     def failure(self) -> str | None:
         """Why the trace could not be written (a full disk), or None."""
+        if self._side is not None and self._side.failure:
+            return f"{self._side.failure}; {self.path} was not kept either (it goes with it)"
+        if self._out.failure and self.kept is not None:
+            return (f"cannot write {self.path}: {self.write_error}: kept the "
+                    f"{self.rows_written:,} samples written before ({self.kept} batches)")
         return self._out.failure
+
+    @property
+    def write_error(self) -> str | None:
+        """What went wrong with the first write that failed, or None."""
+        error = self._out.error
+        return None if error is None else (os.strerror(error.errno) if error.errno else str(error))
+
+    def add_mappings(self, rows: list[dict]) -> None:
+        """Append executable mappings to the side table (see :mod:`.sidetable`)."""
+        if self._side is not None:
+            self._side.stream.write("".join(json.dumps(r) + "\n" for r in rows))
+            self._side.stream.flush()
 
     def write(self, batch: SampleBatch) -> None:
         if len(batch) == 0:
@@ -78,6 +120,8 @@ class TraceWriter:
         self._out.stream.flush()
         if self._out.error is None:
             self.rows_written += record.num_rows
+            self._batches_written += 1
+            self._complete = self._out.stream.tell()
         self._last_write = time.monotonic()
 
     def close(self) -> None:
@@ -87,12 +131,25 @@ class TraceWriter:
             self.flush()
             self._writer.close()
         except BaseException:
-            self._out.discard()
+            self.discard()
             raise
-        self._out.close()
+        self._out.finish()
+        if self._side is not None:
+            self._side.finish()
+            if self._side.error is not None or self._out.error is not None:
+                self._side.discard()
+                self._out.discard()
+                return
+            self._side.commit()
+        if self._out.error is not None and self.keep_complete and self._batches_written:
+            self.kept = self._batches_written if self._out.keep_first(self._complete) else None
+            return
+        self._out.commit()
 
     def discard(self) -> None:
         """Abandon the trace: whatever was at its path stays."""
+        if self._side is not None:
+            self._side.discard()
         self._out.discard()
 
     def __enter__(self):
@@ -131,10 +188,11 @@ class TraceReader:
         try:
             self._file = pa.ipc.open_file(self._map)
             schema = self._file.schema
-        except pa.ArrowInvalid:
+            self.signals = tuple(schema.names)
+        except ARROW_ERRORS:
+            # No footer, or a damaged one: read it as the stream it also is.
             self._file = None
             schema = self._open_unfinished()
-        self.signals = tuple(schema.names)
         self.metadata = md.validate(_metadata_of(schema, path), self.signals, path)
         for field in schema:
             if field.name not in RAW_DTYPES:
@@ -149,11 +207,13 @@ class TraceReader:
         self._input.seek(len(ARROW_MAGIC) + 2)
         try:
             self._stream = pa.ipc.open_stream(self._input)
-        except pa.ArrowInvalid:
+            schema = self._stream.schema
+            self.signals = tuple(schema.names)
+        except ARROW_ERRORS:
             raise UserError(f"{self.path}: not a phasewatch trace "
                             f"(an Arrow file whose schema cannot be read)") from None
         self.truncated = True
-        return self._stream.schema
+        return schema
 
     def read_only(self, columns) -> None:
         """Read only ``columns`` (those present) from now on: a replay skips
@@ -167,21 +227,31 @@ class TraceReader:
     def record_batches(self) -> Iterator[pa.RecordBatch]:
         if self._file is not None:
             for i in range(self._file.num_record_batches):
-                yield self._file.get_batch(i)
+                try:
+                    record = self._file.get_batch(i)
+                    record.validate()
+                except ARROW_ERRORS as exc:
+                    raise UserError(f"{self.path}: record batch {i + 1} of "
+                                    f"{self._file.num_record_batches} is damaged "
+                                    f"({_reason(exc)}): the trace is corrupt") from None
+                if record.num_rows:
+                    yield record
             return
         complete, rows, good = 0, 0, self._input.tell()
         while True:
             try:
                 record = self._stream.read_next_batch()
+                record.validate()
             except StopIteration:
                 break
-            except (pa.ArrowInvalid, OSError):
+            except ARROW_ERRORS:
                 self.warn(f"{self.path} was cut off mid-write: replaying its {complete} "
                           f"complete batches ({rows} samples); "
                           f"{self._input.size() - good} bytes after them are lost")
                 return
-            complete, rows, good = complete + 1, rows + record.num_rows, self._input.tell()
-            yield record
+            complete, rows, good = complete + (record.num_rows > 0), rows + record.num_rows, self._input.tell()
+            if record.num_rows:
+                yield record
         self.warn(f"{self.path} was not closed (no footer): replaying its {complete} batches")
 
     def batches(self) -> Iterator[SampleBatch]:
@@ -225,6 +295,15 @@ def _numpy_view(column: pa.Array, dtype: np.dtype) -> np.ndarray:
     if column.null_count or column.type != pa.from_numpy_dtype(dtype):
         return column.to_numpy(zero_copy_only=True)
     return np.frombuffer(column.buffers()[1], dtype, len(column), column.offset * dtype.itemsize)
+
+
+#: What pyarrow raises on bytes that are not the Arrow format it expects
+#: (OSError for a footer or message that fails verification).
+ARROW_ERRORS = (pa.ArrowException, OSError, ValueError, NotImplementedError, MemoryError)
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
 
 
 def _metadata_of(schema: pa.Schema, path: str) -> dict[str, Any]:

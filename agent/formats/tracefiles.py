@@ -6,6 +6,7 @@ import os
 
 from ..errors import UserError
 from .bbvfile import looks_like_bb
+from .inputs import check_regular
 from .sidetable import SIDE_TABLE_SUFFIX, with_side_table
 from .trace import TraceReader, is_arrow
 
@@ -36,8 +37,12 @@ def open_trace(path: str, base_mhz: float | None = None, warn=None):
         raise UserError(f"{path}: no such file")
     if os.path.isdir(path):
         raise UserError(f"{path}: is a directory, not a trace")
+    check_regular(path, "trace")       # a FIFO or device would never end
     try:
         if os.path.getsize(path) == 0:
+            if path.endswith(".partial"):
+                raise UserError(f"{path}: empty file: a recording stopped before it wrote "
+                                f"anything, so there is nothing to replay")
             raise UserError(f"{path}: empty file")
         if is_arrow(path):
             source = TraceReader(path, warn=warn)

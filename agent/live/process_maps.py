@@ -21,13 +21,11 @@ in, a later mapping taking over the addresses of an earlier one it overlaps.
 
 from __future__ import annotations
 
-import json
 from typing import Callable
 
 import numpy as np
 
 from ..core.batch import SampleBatch
-from ..formats.sidetable import side_table_path
 from .symbols import Mapping, read_maps
 
 #: Threads whose maps are read at one refresh, at most.
@@ -45,8 +43,10 @@ def mapping_row(m: Mapping, t_ns: int | None) -> dict:
 class ProcessMappings:
     """Keeps a pipeline's code map in step with a live process's mappings."""
 
-    def __init__(self, pid: int, pipeline, record: str | None = None,
+    def __init__(self, pid: int, pipeline, record=None,
                  read: Callable[[int], list[Mapping]] = read_maps, just_execd: bool = False):
+        """``record``: the :class:`~phasewatch.formats.trace.TraceWriter` whose
+        side table gets the mappings learnt, if any."""
         self.pid = pid
         self.pipeline = pipeline
         self.read = read
@@ -54,7 +54,7 @@ class ProcessMappings:
         self.known: set[tuple] = {self._key(r) for r in self.rows}
         self.last_t = np.iinfo(np.int64).min
         self.rereads = 0
-        self._out = open(side_table_path(record), "w") if record else None
+        self.record = record
         if just_execd:
             self.refresh(None)
 
@@ -85,14 +85,9 @@ class ProcessMappings:
         self.known.update(self._key(r) for r in new)
         self.rows += new
         self.pipeline.set_mappings(self.rows)
-        if self._out is not None:
-            self._out.write("".join(json.dumps(r) + "\n" for r in new))
-            self._out.flush()
+        if self.record is not None:
+            self.record.add_mappings(new)
         return True
-
-    def close(self) -> None:
-        if self._out is not None:
-            self._out.close()
 
     @staticmethod
     def _key(row: dict) -> tuple:

@@ -7,7 +7,7 @@ import os
 
 from ..core.pipeline import Intervals
 from ..errors import UserError
-from ..formats.outputs import open_output
+from ..formats.outputs import Output, check_outputs
 from ..formats.results import PhaseSummary
 from ..live.phase_functions import PhaseFunctions
 from .figure import PhaseFigure
@@ -27,7 +27,7 @@ def phase_rows(intervals: Intervals, functions: PhaseFunctions | None) -> list[d
 def write_report(out_dir: str, figure: PhaseFigure, title: str, notes: list[str],
                  rows: list[dict], inputs=(), sections=()) -> list[str]:
     """Writes index.html (with Plotly's script beside it) and phases.png into
-    ``out_dir``, each complete or not at all."""
+    ``out_dir``, all complete or none at all."""
     from .page import PLOTLY_FILE, page, plotly_script
     from .png import write_png
     check_report_dir(out_dir)
@@ -38,21 +38,31 @@ def write_report(out_dir: str, figure: PhaseFigure, title: str, notes: list[str]
     html_path = os.path.join(out_dir, "index.html")
     png_path = os.path.join(out_dir, "phases.png")
     text = page(figure, title, notes, rows, sections)
-    with open_output(os.path.join(out_dir, PLOTLY_FILE), inputs=inputs) as out:
-        out.stream.write(plotly_script())
-    fail(out)
-    with open_output(html_path, inputs=inputs) as out:
-        out.stream.write(text)
-    fail(out)
-    with open_output(png_path, inputs=inputs, binary=True) as out:
-        write_png(figure, title, out.stream)
-    fail(out)
+    # All are checked, written and finished before any is put in place: a
+    # report that cannot be whole leaves the old one as it was.
+    files = [(html_path, False, lambda f: f.write(text)),
+             (png_path, True, lambda f: write_png(figure, title, f)),
+             (os.path.join(out_dir, PLOTLY_FILE), False, lambda f: f.write(plotly_script()))]
+    check_outputs([path for path, _, _ in files], inputs)
+    outputs: list[Output] = []
+    try:
+        for path, binary, write in files:
+            outputs.append(Output(path, binary=binary))
+            write(outputs[-1].stream)
+        for out in outputs:
+            out.finish()
+    except BaseException:
+        for out in outputs:
+            out.discard()
+        raise
+    failures = [out.failure for out in outputs if out.failure]
+    if failures:
+        for out in outputs:
+            out.discard()
+        raise UserError("; ".join(failures))
+    for out in outputs:
+        out.commit()
     return [html_path, png_path]
-
-
-def fail(output) -> None:
-    if output.failure:
-        raise UserError(output.failure)
 
 
 def check_report_dir(out_dir: str) -> None:

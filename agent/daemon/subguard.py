@@ -1,0 +1,134 @@
+"""A bound on what subscribers may make the daemon's event socket hold.
+
+libzmq keeps every topic a subscriber asks for in a trie (about 35 bytes per
+topic byte) and reads a connection's subscriptions for as long as it sends
+them, so one local client could grow the daemon without bound.  This guard
+watches the socket's TCP connections from a thread of its own (through the
+socket's monitor) and shuts down any connection that has sent more than
+:data:`PEER_BYTES` (a handshake and subscriptions; real subscribers send a few
+hundred bytes), and any connection beyond :data:`MAX_PEERS`.  A shut-down
+connection's subscriptions are freed with it.  Only TCP endpoints are guarded.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import threading
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+#: Bytes a subscriber may send over its connection in all.
+PEER_BYTES = 16 << 10
+#: Subscribers connected at once.
+MAX_PEERS = 256
+#: How often connections are checked: often while some subscriber is sending,
+#: seldom while all are quiet, never while none is connected.
+CHECK_BUSY_S = 0.01
+CHECK_QUIET_S = 0.1
+#: ``tcpi_bytes_received`` in Linux's ``struct tcp_info``.
+_BYTES_RECEIVED = struct.Struct("=Q")
+_BYTES_RECEIVED_AT = 128
+_TCP_INFO_SIZE = 232
+
+_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
+
+
+class SubscriberGuard:
+    """Shuts down subscriber connections that send too much, or too many."""
+
+    def __init__(self, sock: zmq.Socket, port: int, say=lambda msg: None):
+        self.port = port
+        self.say = say
+        self.cut = 0
+        self._peers: dict[int, bool] = {}       # fd -> cut already
+        self._received: dict[int, int] = {}
+        self._busy = False
+        self._stop = threading.Event()
+        self._monitor = sock.get_monitor_socket(_EVENTS)
+        self._thread = threading.Thread(target=self._run, name="phasewatchd-subguard",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._monitor, zmq.POLLIN)
+        try:
+            while not self._stop.is_set():
+                wait = (CHECK_BUSY_S if self._busy else CHECK_QUIET_S) if self._peers else 0.5
+                if poller.poll(wait * 1000):
+                    self._event(recv_monitor_message(self._monitor))
+                    continue
+                self._check()
+        except zmq.ZMQError:
+            pass                                # the context or socket is closing
+        finally:
+            self._monitor.close(0)
+
+    def _event(self, event: dict) -> None:
+        fd = event["value"]
+        if event["event"] == zmq.EVENT_ACCEPTED:
+            self._peers[fd] = False
+            if len(self._peers) > MAX_PEERS:
+                self._shut(fd, f"more than {MAX_PEERS} subscribers at once")
+        else:
+            self._peers.pop(fd, None)
+            self._received.pop(fd, None)
+
+    def _check(self) -> None:
+        busy = False
+        for fd, done in list(self._peers.items()):
+            if done:
+                continue
+            received = _bytes_received(fd, self.port)
+            busy |= received != self._received.get(fd)
+            self._received[fd] = received
+            if received > PEER_BYTES:
+                self._shut(fd, f"a subscriber sent more than {PEER_BYTES // 1024} KiB of "
+                               f"subscriptions")
+        self._busy = busy
+
+    def _shut(self, fd: int, why: str) -> None:
+        self._peers[fd] = True
+        try:
+            dup = socket.socket(fileno=_dup(fd))
+        except OSError:
+            return
+        try:
+            if dup.getsockname()[1] == self.port:
+                dup.shutdown(socket.SHUT_RDWR)
+                self.cut += 1
+                self.say(f"{why}: its connection was closed")
+        except (OSError, IndexError, TypeError):
+            pass
+        finally:
+            dup.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(1.0)
+
+
+def _dup(fd: int) -> int:
+    return os.dup(fd)
+
+
+def _bytes_received(fd: int, port: int) -> int:
+    """What the connection on ``fd`` has received, if it is one of ours; else 0."""
+    try:
+        sock = socket.socket(fileno=_dup(fd))
+    except OSError:
+        return 0
+    try:
+        if sock.getsockname()[1] != port:
+            return 0
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_SIZE)
+    except (OSError, IndexError, TypeError):
+        return 0
+    finally:
+        sock.close()
+    if len(info) < _BYTES_RECEIVED_AT + 8:
+        return 0
+    return _BYTES_RECEIVED.unpack_from(info, _BYTES_RECEIVED_AT)[0]

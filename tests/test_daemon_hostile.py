@@ -1,0 +1,329 @@
+"""phasewatchd under hostile input: configs swapped for garbage before a
+SIGHUP, SIGHUPs from its first moments, a full or vanished recording folder,
+taken ports and broken certificates, a thousand scrapes at once, and a local
+client flooding the event socket with subscriptions.  Every case either
+keeps the daemon running with its old state, or ends it with one line and
+exit status 2; the memory case holds it under a fixed bound."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from daemonutil import DAEMON, Daemon, free_port, write_trace
+from phasewatch.daemon.publish import MAX_MESSAGE_BYTES
+from phasewatch.daemon.subguard import PEER_BYTES
+from phasewatch.formats.trace import TraceReader
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory) -> Path:
+    return write_trace(tmp_path_factory.mktemp("hostile") / "one-cpu.arrow", samples=60_000)
+
+
+def refused_at_start(*argv) -> str:
+    proc = subprocess.run([str(DAEMON), *map(str, argv)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def wait_for_line(d: Daemon, lines: list[str], text: str, timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [line for line in lines if text in line]
+        if found:
+            return found[-1]
+        time.sleep(0.05)
+    raise AssertionError(f"phasewatchd never said {text!r}: {lines}")
+
+
+class StderrLines(list):
+    """The daemon's standard error, line by line, as it comes."""
+
+    def __init__(self, d: Daemon):
+        super().__init__()
+        self.d = d
+        self.reader = threading.Thread(target=lambda: self.extend(
+            line.rstrip("\n") for line in iter(d.proc.stderr.readline, "")), daemon=True)
+        self.reader.start()
+
+    def terminate(self, timeout: float = 10.0) -> int:
+        """SIGTERM; the exit status once every line is read."""
+        self.d.proc.terminate()
+        code = self.d.proc.wait(timeout)
+        self.reader.join(timeout)
+        return code
+
+
+def collect_stderr(d: Daemon) -> StderrLines:
+    return StderrLines(d)
+
+
+# --- start-up: values out of range --------------------------------------------------
+
+@pytest.mark.parametrize("speed", ["nan", "inf", "1e-300", "-1"])
+def test_a_replay_speed_out_of_range_is_one_line(trace, speed):
+    line = refused_at_start("--replay", trace, "--replay-speed", speed,
+                            "--metrics", f"127.0.0.1:{free_port()}")
+    assert line.startswith(f"phasewatchd: --replay-speed {float(speed)}: give 0")
+
+
+def test_a_config_that_is_not_utf8_is_one_line_at_start(trace, tmp_path):
+    config = tmp_path / "latin1.toml"
+    config.write_bytes(b"# r\xe9glages\n[detector]\nthreshold = 0.2\n")
+    line = refused_at_start("--config", config, "--replay", trace)
+    assert "not UTF-8" in line and str(config) in line
+
+
+def test_a_taken_metrics_port_is_one_line(trace):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = refused_at_start("--replay", trace, "--metrics", f"127.0.0.1:{port}",
+                                "--zmq", f"tcp://127.0.0.1:{free_port()}")
+    assert line == (f"phasewatchd: --metrics 127.0.0.1:{port}: cannot listen: "
+                    f"Address already in use: give a free port")
+
+
+@pytest.mark.parametrize("content", [None, b"not a certificate\n"])
+def test_a_missing_or_garbage_certificate_is_one_line(trace, tmp_path, content):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    if content is not None:
+        cert.write_bytes(content)
+        key.write_bytes(content)
+    config = tmp_path / "tls.toml"
+    config.write_text(f'[metrics]\ncertfile = "{cert}"\nkeyfile = "{key}"\n')
+    line = refused_at_start("--config", config, "--replay", trace,
+                            "--metrics", f"127.0.0.1:{free_port()}",
+                            "--zmq", f"tcp://127.0.0.1:{free_port()}")
+    assert line.startswith(f"phasewatchd: [metrics] certfile {cert}") and "cannot use it" in line
+
+
+# --- reload ---------------------------------------------------------------------------
+
+def hostile_config(kind: str, path: Path) -> None:
+    path.unlink()
+    if kind == "latin1":
+        path.write_bytes(b"# r\xe9glages\n[detector]\nthreshold = 0.2\n")
+    elif kind == "nested":
+        path.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "huge":
+        path.write_text("# " + "x" * (2 << 20) + "\n")
+    elif kind == "out of range":
+        path.write_text("[detector]\nmax_phases = 100000000000000000000000\n")
+
+
+RELOAD_CASES = ["latin1", "nested", "fifo", "folder", "huge", "out of range"]
+
+
+@pytest.mark.parametrize("kind", RELOAD_CASES)
+def test_a_hostile_config_on_sighup_keeps_the_old_one(trace, tmp_path, kind):
+    config = tmp_path / "phasewatch.toml"
+    config.write_text("[detector]\nthreshold = 0.25\n")
+    with Daemon("--config", config, "--replay", trace) as d:
+        lines = collect_stderr(d)
+        d.wait_ready()
+        hostile_config(kind, config)
+        d.proc.send_signal(signal.SIGHUP)
+        line = wait_for_line(d, lines, "reload refused")
+        assert str(config) in line and "Traceback" not in "".join(lines)
+        assert d.proc.poll() is None
+        d.metrics_text()                    # still serving
+        # and it still stops on SIGTERM, promptly (a FIFO must not block it)
+        started = time.monotonic()
+        assert lines.terminate() == 0 and time.monotonic() - started < 5
+
+
+def test_sighups_from_the_first_moment_do_not_end_it(trace):
+    """SIGHUPs every few milliseconds from the moment the process has a
+    handler for one until it serves metrics: it starts, and serves."""
+    d = Daemon("--replay", trace)
+    try:
+        mask = 1 << (signal.SIGHUP - 1)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with open(f"/proc/{d.proc.pid}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
+            if (int(status["SigCgt"], 16) | int(status["SigIgn"], 16)) & mask:
+                break
+            time.sleep(0.001)
+        sent = 0
+        while d.proc.poll() is None and sent < 2000:
+            d.proc.send_signal(signal.SIGHUP)
+            sent += 1
+            try:
+                d.metrics_text()
+                break
+            except OSError:
+                time.sleep(0.005)
+        assert d.proc.poll() is None, d.proc.stderr.read()
+        assert sent > 5
+        d.wait_ready()
+    finally:
+        code, err = d.stop()
+    assert code == 0 and "Traceback" not in err, err
+
+
+# --- recording ----------------------------------------------------------------------
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 1 MiB tmpfs: a real disk that fills."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {proc.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def test_a_full_disk_keeps_the_complete_batches_and_says_so(trace, small_filesystem):
+    with Daemon("--replay", trace, "--replay-speed", "2", "--record", small_filesystem) as d:
+        lines = collect_stderr(d)
+        d.wait_ready()
+        said = wait_for_line(d, lines, "it stops here", timeout=60)
+        assert "No space left on device" in said
+        code = lines.terminate()
+    assert code == 2
+    last = lines[-1]
+    assert "kept the" in last and "samples written before" in last, lines
+    kept, = small_filesystem.glob("phasewatchd-*.arrow")
+    reader = TraceReader(str(kept), warn=lambda msg: None)
+    samples = sum(len(b) for b in reader.batches())
+    assert samples > 0 and f"kept the {samples:,} samples" in last
+    assert not list(small_filesystem.glob(".*.partial"))
+
+
+def test_a_recording_folder_removed_mid_run_is_said_and_the_status_is_2(trace, tmp_path):
+    folder = tmp_path / "rec"
+    folder.mkdir()
+    with Daemon("--replay", trace, "--record", folder) as d:
+        lines = collect_stderr(d)
+        d.wait_ready()
+        time.sleep(1.5)
+        shutil.rmtree(folder)
+        code = lines.terminate()
+    assert code == 2
+    assert "cannot write" in lines[-1] and str(folder) in lines[-1], lines
+    assert "Traceback" not in "".join(lines)
+
+
+def test_two_daemons_started_in_one_second_record_to_two_files(trace, tmp_path):
+    daemons = [Daemon("--replay", trace, "--replay-speed", "0", "--record", tmp_path)
+               for _ in range(2)]
+    for d in daemons:
+        d.wait_ready()
+    for d in daemons:
+        code, err = d.stop()
+        assert code == 0, err
+    assert len(list(tmp_path.glob("phasewatchd-*.arrow"))) == 2
+
+
+# --- sockets --------------------------------------------------------------------------
+
+def test_a_thousand_concurrent_scrapes_are_all_answered(trace):
+    with Daemon("--replay", trace) as d:
+        d.wait_ready()
+        conns = []
+        for _ in range(1000):
+            s = socket.create_connection(("127.0.0.1", d.metrics_port), timeout=30)
+            conns.append(s)
+        for s in conns:
+            s.sendall(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        answered = 0
+        for s in conns:
+            head = s.recv(12)
+            answered += head.startswith(b"HTTP/1.0 200") or head.startswith(b"HTTP/1.1 200")
+            s.close()
+        assert answered == 1000
+
+
+class RawSubscriber:
+    """A ZeroMQ SUB peer spoken by hand (ZMTP 3.0, NULL security), so that
+    the test, not a library, decides what goes on the wire."""
+
+    def __init__(self, port: int):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        greeting = b"\xff" + b"\0" * 7 + b"\x01\x7f" + bytes([3, 0]) + b"NULL".ljust(20, b"\0")
+        self.sock.sendall(greeting + b"\0" * 32)     # as-server, filler
+        ready = b"\x05READY" + b"\x0bSocket-Type" + struct.pack(">I", 3) + b"SUB"
+        self.sock.sendall(b"\x04" + bytes([len(ready)]) + ready)
+
+    def send_frame(self, body: bytes) -> None:
+        head = (b"\x00" + bytes([len(body)]) if len(body) < 256
+                else b"\x02" + struct.pack(">Q", len(body)))
+        self.sock.sendall(head + body)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_subscription_flood_holds_memory_under_a_bound(trace):
+    """Four 1 MB subscriptions, then 10 s of distinct subscriptions as long as
+    a message may be, reconnecting whenever cut off: the daemon's resident
+    memory grows by less than 300 MB (without the guard it grows by 850 MB in
+    2.5 s), and it serves on."""
+    with Daemon("--replay", trace) as d:
+        lines = collect_stderr(d)
+        d.wait_ready()
+        time.sleep(1.0)
+        before = peak = rss_bytes(d.proc.pid)
+        for _ in range(4):
+            sub = RawSubscriber(d.zmq_port)
+            try:
+                sub.send_frame(b"\x01" + os.urandom(1 << 20))
+            except OSError:
+                pass                                # cut off mid-frame: as meant
+            sub.close()
+        sent, cut, deadline = 0, 0, time.monotonic() + 10
+        sub = RawSubscriber(d.zmq_port)
+        while time.monotonic() < deadline:
+            topic = b"%012d" % sent + b"t" * (MAX_MESSAGE_BYTES - 13)
+            try:
+                sub.send_frame(b"\x01" + topic)
+                sent += 1
+            except OSError:                         # cut off: come back
+                cut += 1
+                sub.close()
+                sub = RawSubscriber(d.zmq_port)
+            if sent % 128 == 0:
+                peak = max(peak, rss_bytes(d.proc.pid))
+        sub.close()
+        time.sleep(1.0)
+        peak = max(peak, rss_bytes(d.proc.pid))
+        print(f"subscription flood: {sent} subscriptions of {MAX_MESSAGE_BYTES} bytes over "
+              f"{cut + 1} connections; resident memory {before / 2**20:.0f} MB -> "
+              f"peak {peak / 2**20:.0f} MB")
+        assert sent * MAX_MESSAGE_BYTES > 20 * PEER_BYTES and cut > 10
+        assert peak - before < 300 * 2**20
+        assert any("subscriptions: its connection was closed" in line for line in lines), lines
+        assert d.proc.poll() is None
+        d.metrics_text()
