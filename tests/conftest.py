@@ -40,7 +40,19 @@ def fuzz_count():
     return count
 
 
+#: Files of named hostile-input cases, whose passing count the summary shows.
+HOSTILE_FILES = ("test_robust.py", "test_hostile_files.py", "test_hostile_inputs.py",
+                 "test_daemon_hostile.py")
+
+
 def pytest_terminal_summary(terminalreporter):
+    passed = [r.nodeid.split("::")[0].rsplit("/", 1)[-1]
+              for r in terminalreporter.stats.get("passed", []) if r.when == "call"]
+    hostile = {name: passed.count(name) for name in HOSTILE_FILES if name in passed}
+    if hostile:
+        cases = ", ".join(f"{name} {n}" for name, n in hostile.items())
+        terminalreporter.write_line(f"hostile-input cases passed: {sum(hostile.values())} "
+                                    f"({cases})")
     if FUZZ_CASES:
         cases = ", ".join(f"{target} {n}" for target, n in sorted(FUZZ_CASES.items()))
         terminalreporter.write_line(f"fuzz cases run: {sum(FUZZ_CASES.values())} ({cases})")
