@@ -8,13 +8,22 @@ from __future__ import annotations
 import numpy as np
 
 from .kernels import kernel
+from .params import CODE_RESOLUTIONS
 
 CUMULATIVE = 0          # ordered bins: cumulative histogram distance
 TOTAL_VARIATION = 1     # unordered bins (folded IPs): half the L1 distance
+#: Unordered bins in CODE_RESOLUTIONS equal blocks, one per resolution of the
+#: code signature, each holding an equal share of every sample: each block is
+#: compared on its own, and the largest distance counts.
+MULTI_RESOLUTION = 2
 #: The noise model's significance: a total-variation distance is counted only
 #: beyond the level that sampling noise alone exceeds with probability 1 %
 #: (one-sided z of the normal approximation).
 NOISE_Z = 2.326
+#: A resolution of the code signature counts only where sampling noise alone
+#: stays under this total-variation distance: beyond it, the estimate of new
+#: code divides by a small remainder and magnifies the noise.
+RESOLUTION_NOISE_LIMIT = 0.5
 
 
 @kernel(cache=True, nogil=True, error_model="numpy")
@@ -137,16 +146,23 @@ def expected_total_variation_reference(h: np.ndarray, n: int) -> float:
 
 @kernel(cache=True, nogil=True, fastmath=True)
 def noise_level(h, n_eff):
+    """``scaled_noise_level`` of ``h`` as it is."""
+    return scaled_noise_level(h, 1.0, n_eff)
+
+
+@kernel(cache=True, nogil=True, fastmath=True)
+def scaled_noise_level(h, scale, n_eff):
     """The total-variation distance that sampling noise alone stays under with
     probability 1 - 1 %: between ``h`` and a histogram of ``n_eff`` samples
     drawn from it, mean plus ``NOISE_Z`` standard deviations.  Per entry the
     deviation of a share is about normal with variance p(1-p)/n, so its absolute
     value has mean sqrt(2/pi) sigma and variance (1 - 2/pi) sigma^2; entries are
-    taken as independent."""
+    taken as independent.  ``h`` is a histogram times ``1 / scale``."""
     if n_eff <= 0.0:
         return 0.0
     s, v = 0.0, 0.0
     for p in h:
+        p *= scale
         q = p * (1.0 - p)
         s += np.sqrt(q)
         v += q
@@ -199,11 +215,43 @@ def segment_distance(x, n, centroid, members, kind):
     if kind == TOTAL_VARIATION:
         level = noise_level(centroid, effective_samples_kernel(n, members))
         return beyond_noise_kernel(total_variation_distance(x, centroid), level)
+    if kind == MULTI_RESOLUTION:
+        return multi_resolution_distance(x, centroid, effective_samples_kernel(n, members))
     return cumulative_distance(x, centroid)
+
+
+@kernel(cache=True, nogil=True)
+def multi_resolution_distance(x, centroid, n_eff):
+    """The largest of the noise-corrected distances of the resolutions.  At a
+    resolution where the phase's code is spread thin (cache lines of a large
+    program), noise alone reaches total variation 1 at a few dozen samples and
+    that resolution says nothing and is left out (the first, coarsest, always
+    counts); where it is concentrated (two hot loops a
+    cache line apart), it tells them apart however close they lie."""
+    width = len(x) // CODE_RESOLUTIONS
+    d = 0.0
+    for r in range(CODE_RESOLUTIONS):
+        lo, hi = r * width, (r + 1) * width
+        tv = CODE_RESOLUTIONS * total_variation_distance(x[lo:hi], centroid[lo:hi])
+        level = scaled_noise_level(centroid[lo:hi], float(CODE_RESOLUTIONS), n_eff)
+        if r == 0 or level <= RESOLUTION_NOISE_LIMIT:
+            d = max(d, beyond_noise_kernel(min(tv, 1.0), level))
+    return d
+
+
+def multi_resolution_distance_reference(x, centroid, n_eff) -> float:
+    blocks = zip(np.split(np.asarray(x) * CODE_RESOLUTIONS, CODE_RESOLUTIONS),
+                 np.split(np.asarray(centroid) * CODE_RESOLUTIONS, CODE_RESOLUTIONS))
+    levels = [(total_variation_distance_reference(xb, cb), noise_level_reference(cb, n_eff))
+              for xb, cb in blocks]
+    return max(beyond_noise(min(tv, 1.0), level) for r, (tv, level) in enumerate(levels)
+               if r == 0 or level <= RESOLUTION_NOISE_LIMIT)
 
 
 def segment_distance_reference(x, n, centroid, members, kind) -> float:
     if kind == TOTAL_VARIATION:
         level = noise_level_reference(centroid, effective_samples(n, members))
         return beyond_noise(total_variation_distance_reference(x, centroid), level)
+    if kind == MULTI_RESOLUTION:
+        return multi_resolution_distance_reference(x, centroid, effective_samples(n, members))
     return cumulative_distance_reference(x, centroid)
