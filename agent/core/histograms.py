@@ -216,7 +216,8 @@ def segment_distance(x, n, centroid, members, kind):
         level = noise_level(centroid, effective_samples_kernel(n, members))
         return beyond_noise_kernel(total_variation_distance(x, centroid), level)
     if kind == MULTI_RESOLUTION:
-        return multi_resolution_distance(x, centroid, effective_samples_kernel(n, members))
+        return max(multi_resolution_distance(x, centroid, effective_samples_kernel(n, members)),
+                   unseen_code_distance(x, n, centroid, members))
     return cumulative_distance(x, centroid)
 
 
@@ -253,5 +254,60 @@ def segment_distance_reference(x, n, centroid, members, kind) -> float:
         level = noise_level_reference(centroid, effective_samples(n, members))
         return beyond_noise(total_variation_distance_reference(x, centroid), level)
     if kind == MULTI_RESOLUTION:
-        return multi_resolution_distance_reference(x, centroid, effective_samples(n, members))
+        return max(multi_resolution_distance_reference(x, centroid, effective_samples(n, members)),
+                   unseen_code_distance_reference(x, n, centroid, members))
     return cumulative_distance_reference(x, centroid)
+
+
+@kernel(cache=True, nogil=True)
+def unseen_code_distance(x, n, centroid, members):
+    """The share of an interval's samples in code its phase never ran, beyond
+    what the phase's own unseen code explains: the dense side of the
+    comparison, which holds at a few dozen samples where total variation
+    does not.
+
+    The phase has run about ``n * members`` samples; by Good and Turing, a new
+    sample of the same phase lands in an entry it has never seen with
+    probability about (entries seen once) / (samples).  The interval's share
+    in unseen entries is compared with that level plus ``NOISE_Z`` binomial
+    standard deviations, and what exceeds it is rescaled to 0..1 as in
+    ``beyond_noise``.  Per resolution; a resolution whose unseen share exceeds
+    ``RESOLUTION_NOISE_LIMIT`` (lines of a large program) is left out, the
+    coarsest always counts."""
+    width = len(x) // CODE_RESOLUTIONS
+    samples = float(n * members)
+    d = 0.0
+    if samples <= 0.0:
+        return d
+    for r in range(CODE_RESOLUTIONS):
+        lo = r * width
+        once, unseen = 0.0, 0.0
+        for j in range(lo, lo + width):
+            count = centroid[j] * CODE_RESOLUTIONS * samples
+            if count == 0.0:
+                unseen += x[j] * CODE_RESOLUTIONS
+            elif count < 1.5:
+                once += 1.0
+        turing = min(once / samples, 1.0)
+        if r > 0 and turing > RESOLUTION_NOISE_LIMIT:
+            continue
+        level = turing + NOISE_Z * np.sqrt(turing * (1.0 - turing) / n)
+        d = max(d, beyond_noise_kernel(unseen, level))
+    return d
+
+
+def unseen_code_distance_reference(x, n, centroid, members) -> float:
+    samples = float(n * members)
+    if samples <= 0:
+        return 0.0
+    d = 0.0
+    for r, (xb, cb) in enumerate(zip(np.split(np.asarray(x) * CODE_RESOLUTIONS, CODE_RESOLUTIONS),
+                                     np.split(np.asarray(centroid) * CODE_RESOLUTIONS,
+                                              CODE_RESOLUTIONS))):
+        counts = cb * samples
+        turing = min(float(np.sum((counts > 0) & (counts < 1.5))) / samples, 1.0)
+        if r > 0 and turing > RESOLUTION_NOISE_LIMIT:
+            continue
+        level = turing + NOISE_Z * np.sqrt(turing * (1 - turing) / n)
+        d = max(d, beyond_noise(float(xb[counts == 0].sum()), level))
+    return d
