@@ -69,6 +69,8 @@ from phasewatch.formats.trace import TraceWriter  # noqa: E402
 
 INTERVAL = 100_000_000
 SAMPLES_PER_INTERVAL = 30
+#: A second vpf-ip row at this threshold (the default is the thesis's 0.25).
+LOWER_THRESHOLD = 0.2
 #: Generated code is given anonymous mappings of this alignment (see above).
 JIT_SPAN = 256 << 10
 PHASEWATCH = os.path.join(os.path.dirname(sys.executable), "phasewatch")
@@ -175,9 +177,9 @@ def jit_mappings(pcs: dict, mappings: list[dict]) -> list[dict]:
             for s in spans if int(s) > 0]
 
 
-def replay_phases(trace: str, out: str, detector: str) -> np.ndarray:
-    subprocess.run([PHASEWATCH, "replay", trace, "--detector", detector, "--output", out],
-                   check=True, stdout=subprocess.DEVNULL)
+def replay_phases(trace: str, out: str, detector: str, *options: str) -> np.ndarray:
+    subprocess.run([PHASEWATCH, "replay", trace, "--detector", detector, "--output", out,
+                    *options], check=True, stdout=subprocess.DEVNULL)
     with open(out) as f:
         return np.array([json.loads(l)["phase"] for l in f], np.int64)
 
@@ -239,6 +241,9 @@ def evaluate(w, workdir: str, live: bool, run_valgrind: bool = True) -> dict:
     write_ip_trace(trace, counts, pcs, cpi, mappings, exe)
     vpf_ip = replay_phases(trace, os.path.join(p["dir"], "vpf-ip.jsonl"), "vpf-ip")
     rows["phasewatch vpf-ip (IP trace replay)"] = score(truth, vpf_ip[:n], cpi)
+    lower = replay_phases(trace, os.path.join(p["dir"], "vpf-ip-lower.jsonl"), "vpf-ip",
+                          "--threshold", str(LOWER_THRESHOLD))
+    rows[f"phasewatch vpf-ip --threshold {LOWER_THRESHOLD}"] = score(truth, lower[:n], cpi)
     if "vpf-ip-fold" in detectors.NAMES:
         fold = replay_phases(trace, os.path.join(p["dir"], "vpf-ip-fold.jsonl"), "vpf-ip-fold")
         rows["phasewatch vpf-ip-fold (thesis's fold of .text)"] = score(truth, fold[:n], cpi)
