@@ -87,3 +87,25 @@ def test_a_third_of_the_samples_in_code_the_phase_never_ran_is_new_code():
     same = rng.choice(seen, 30)
     shares = {int(e): float((same == e).mean()) for e in np.unique(same)}
     assert unseen_code_distance(signature(shares, shares), 30, phase, 20) == 0.0
+
+
+def test_the_fused_kernel_is_the_larger_of_the_two_references():
+    from phasewatch.core.histograms import (code_distance, segment_distance_reference,
+                                            unseen_code_distance_reference)
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        members, n = int(rng.integers(1, 30)), int(rng.integers(5, 100))
+        drawn = rng.integers(0, WIDTH, (members * n, 2)) % rng.integers(1, WIDTH)
+        c = np.zeros(2 * WIDTH)
+        np.add.at(c, drawn[:, 0], 0.5)
+        np.add.at(c, WIDTH + drawn[:, 1], 0.5)
+        c /= members * n
+        own = drawn[rng.integers(0, len(drawn), n)]
+        other = rng.integers(0, WIDTH, (n, 2))
+        mix = np.where(rng.random((n, 1)) < rng.random(), own, other)
+        x = np.zeros(2 * WIDTH)
+        np.add.at(x, mix[:, 0], 0.5 / n)
+        np.add.at(x, WIDTH + mix[:, 1], 0.5 / n)
+        expected = segment_distance_reference(x, n, c, members, MULTI_RESOLUTION)
+        assert np.isclose(code_distance(x, n, c, members), expected), expected
+        assert expected >= unseen_code_distance_reference(x, n, c, members)

@@ -187,11 +187,15 @@ def _classify_kernel(profiles, counts, bounds, kinds, used, start, settings, max
         x, xp = profiles[i], counts[i]
         prev = previous[0]
         chosen, d = -1, np.nan
-        nearest, d_near = _nearest(x, xp, centroids, members, k, bounds, kinds, used)
+        nearest, d_near = -1, np.inf
         if prev >= 0:
             d = profile_distance(x, xp, centroids[prev], members[prev], bounds, kinds, used)
+            if d <= thr[_THR] and d > STAY_MARGIN:    # else no phase can be nearer by the margin
+                nearest, d_near = _nearest(x, xp, centroids, members, k, bounds, kinds, used)
             if d <= thr[_THR] and d <= d_near + STAY_MARGIN:
                 chosen = prev
+        if chosen < 0 and nearest < 0:
+            nearest, d_near = _nearest(x, xp, centroids, members, k, bounds, kinds, used)
         if chosen < 0 and nearest >= 0:
             d = d_near
             if d_near <= thr[_THR]:
