@@ -96,7 +96,7 @@ class IntervalAccumulator:
         self._bin_scratch = np.empty(0, np.int32)
         self.code_map = CodeMap.from_mappings(None)
         #: Segments built, from the first: a detector that ignores the code
-        #: signature costs neither the IP lookup nor 1024 entries an interval.
+        #: signature costs neither the IP lookup nor 2 x 1024 entries an interval.
         self.built = len(SEGMENTS)
 
     def build_segments(self, wanted: np.ndarray) -> None:
