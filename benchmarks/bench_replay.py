@@ -29,7 +29,7 @@ from bench_whole import make_trace  # the same synthetic trace maker
 from phasewatch.core import reference
 from phasewatch.core.batch import concat
 from phasewatch.core.classify import ClassifierState, classify
-from phasewatch.core.intervals import SEGMENT_KINDS, SEGMENTS
+from phasewatch.core.intervals import SEGMENTS, segment_kinds
 from phasewatch.core.params import DetectorParams, Params, histogram_params_of
 from phasewatch.core.pipeline import Pipeline
 from phasewatch.formats import synthetic
@@ -87,10 +87,10 @@ def kernel_rate(n_intervals: int, detector: str) -> float:
         seg /= seg.sum(axis=1, keepdims=True)
     used = np.array([True, True, detector == "vpf-ip"])
     state = ClassifierState(layout.width, len(SEGMENTS), params.detector)
-    classify(prof[:10], counts[:10], layout.bounds, SEGMENT_KINDS, used, state)
+    classify(prof[:10], counts[:10], layout.bounds, segment_kinds(params.histograms), used, state)
     state = ClassifierState(layout.width, len(SEGMENTS), params.detector)
     t0 = time.perf_counter()
-    classify(prof, counts, layout.bounds, SEGMENT_KINDS, used, state)
+    classify(prof, counts, layout.bounds, segment_kinds(params.histograms), used, state)
     return n_intervals / (time.perf_counter() - t0)
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import subprocess
 from dataclasses import dataclass
 
 CC1 = "/usr/lib/gcc/x86_64-linux-gnu/12/cc1"
+TEST_WORKLOADS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "workloads")
 
 
 @dataclass(frozen=True)
@@ -35,20 +37,34 @@ WORKLOADS = (
              ("perl", "{input}")),
     Workload("xz-T2", "xz -T2 -6 on the mixed file (two compressing threads)",
              ("xz", "-T2", "-6", "--block-size=1MiB", "-c", "{input}"), threads=2, scale=2.0),
+    Workload("gzip", "gzip -9 -c on the six kinds of section",
+             ("gzip", "-9", "-c", "{input}")),
+    Workload("sqlite3", "sqlite3 in memory: insert 200,000 rows, build an index, group, "
+                        "scan strings with LIKE, join on the index",
+             ("sqlite3", ":memory:", ".read {input}")),
+    Workload("node", "node (V8's JIT): regular expressions and a Map, then floating-point "
+                     "arithmetic, then objects sorted and grouped",
+             ("node", "{input}")),
+    Workload("closefns", "a C program: hash loop, pointer-chasing walk, hash loop again, "
+                         "the two functions adjacent in .text (tests/workloads/closefns.c)",
+             ("{input}", "--iterations", "60000000")),
 )
 
 
 def available(w: Workload) -> str | None:
     """Why the workload cannot run here, or None."""
     exe = w.argv[0]
+    if exe == "{input}":            # a program built from tests/workloads
+        return None if shutil.which("gcc") and shutil.which("make") else "gcc or make is missing"
     if os.path.isabs(exe):
         return None if os.access(exe, os.X_OK) else f"{exe} is not installed"
     return None if shutil.which(exe) else f"{exe} is not installed"
 
 
 def write_input(w: Workload, path: str, scale: float = 1.0) -> None:
-    writer = {"bzip2": mixed_file, "xz-T2": mixed_file, "cc1": c_source,
-              "perl": perl_script}[w.name]
+    writer = {"bzip2": mixed_file, "xz-T2": mixed_file, "gzip": mixed_file, "cc1": c_source,
+              "perl": perl_script, "sqlite3": sql_script, "node": node_script,
+              "closefns": closefns}[w.name]
     writer(path, scale)
 
 
@@ -151,3 +167,58 @@ print "$hits $m $primes\n";
 def perl_script(path: str, scale: float) -> None:
     with open(path, "w") as f:
         f.write(PERL % {"scale": scale})
+
+
+SQL = """
+CREATE TABLE t(id INTEGER PRIMARY KEY, k INTEGER, s TEXT, x REAL);
+WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < %(rows)d)
+INSERT INTO t SELECT i, (i * 7919) %% 10007,
+    printf('%%x-%%x-%%x', (i * 2654435761) %% 4294967291, (i * 40503) %% 65521, i),
+    (i %% 1000) / 7.0 FROM c;
+CREATE INDEX t_k ON t(k);
+SELECT k, count(*), avg(x) FROM t GROUP BY k ORDER BY 3 DESC LIMIT 3;
+SELECT count(*) FROM t WHERE s LIKE '%%ab%%cd%%';
+SELECT count(*), sum(b.x) FROM t a JOIN t b ON a.k = b.k WHERE a.id < %(join)d AND b.id %% 3 = 0;
+"""
+
+
+def sql_script(path: str, scale: float) -> None:
+    with open(path, "w") as f:
+        f.write(SQL % {"rows": int(200_000 * scale), "join": int(40_000 * scale)})
+
+
+NODE = """'use strict';
+// phase 1: strings, regular expressions and a Map
+const count = new Map();
+for (let i = 0; i < %(strings)d; i++) {
+  const s = 'k' + ((i * 7919) %% 10007) + '-' + (i %% 97) + ' w' + (i %% 13);
+  const m = /k(\\d+)-(\\d+) w(\\d+)/.exec(s);
+  count.set(m[1], (count.get(m[1]) || 0) + Number(m[2]) * Number(m[3]));
+}
+// phase 2: floating-point arithmetic in a tight loop
+let acc = 0;
+for (let i = 1; i < %(floats)d; i++) acc += Math.sqrt(i) * ((i & 7) - 3.5) / i;
+// phase 3: objects, sorting and closures
+const rows = [];
+for (let i = 0; i < %(objects)d; i++) {
+  rows.push({ id: i, key: (i * 2654435761) %% 4294967291, tag: 't' + (i %% 101) });
+}
+rows.sort((a, b) => a.key - b.key);
+const groups = {};
+for (const r of rows) (groups[r.tag] = groups[r.tag] || []).push(r.id);
+console.log(count.size, acc.toFixed(3), Object.keys(groups).length);
+"""
+
+
+def node_script(path: str, scale: float) -> None:
+    with open(path, "w") as f:
+        f.write(NODE % {"strings": int(300_000 * scale), "floats": int(30_000_000 * scale),
+                        "objects": int(200_000 * scale)})
+
+
+def closefns(path: str, scale: float) -> None:
+    """Builds the program itself (the workload's "input")."""
+    out = os.path.dirname(path)
+    subprocess.run(["make", "-s", "-C", TEST_WORKLOADS, f"OUT={out}", "CC=gcc",
+                    os.path.join(out, "closefns")], check=True)
+    os.replace(os.path.join(out, "closefns"), path)

@@ -28,6 +28,13 @@ def abab(tmp_path_factory) -> Path:
     return out / "abab"
 
 
+@pytest.fixture(scope="session")
+def closefns(abab) -> Path:
+    """The two-close-functions program (tests/workloads/closefns.c), built
+    beside abab."""
+    return abab.parent / "closefns"
+
+
 #: Generated cases run by the property-based (fuzz) tests, by target; printed
 #: at the end of the session so that the CI log shows how much was tried.
 FUZZ_CASES: dict[str, int] = {}

@@ -26,6 +26,10 @@ from .histograms import segment_distance
 from .kernels import kernel
 from .params import DetectorParams
 
+#: An interval stays in the previous phase only if no other phase is nearer
+#: by more than this: an interval at a transition that opened a phase of its
+#: own does not hold the intervals after it there.
+STAY_MARGIN = 0.05
 # Threshold state slots.
 _THR, _MEAN, _VAR, _JOINED = range(4)
 # Counter slots: phases opened, phases retired, intervals classified.
@@ -183,16 +187,19 @@ def _classify_kernel(profiles, counts, bounds, kinds, used, start, settings, max
         x, xp = profiles[i], counts[i]
         prev = previous[0]
         chosen, d = -1, np.nan
+        nearest, d_near = -1, np.inf
         if prev >= 0:
             d = profile_distance(x, xp, centroids[prev], members[prev], bounds, kinds, used)
-            if d <= thr[_THR]:
+            if d <= thr[_THR] and d > STAY_MARGIN:    # else no phase can be nearer by the margin
+                nearest, d_near = _nearest(x, xp, centroids, members, k, bounds, kinds, used)
+            if d <= thr[_THR] and d <= d_near + STAY_MARGIN:
                 chosen = prev
-        if chosen < 0:
+        if chosen < 0 and nearest < 0:
             nearest, d_near = _nearest(x, xp, centroids, members, k, bounds, kinds, used)
-            if nearest >= 0:
-                d = d_near
-                if d_near <= thr[_THR]:
-                    chosen = nearest
+        if chosen < 0 and nearest >= 0:
+            d = d_near
+            if d_near <= thr[_THR]:
+                chosen = nearest
         if chosen < 0:
             chosen = _open_slot(max_phases, centroids, members, last_used, count, counters,
                                 previous)
@@ -233,7 +240,7 @@ def classify_reference(profiles, counts, bounds, kinds, used, params: DetectorPa
         ds = [distance(x, xp, c, cm) for c, cm in zip(centroids, members)]
         nearest = int(np.argmin(ds)) if ds else -1
         chosen, d = -1, (ds[nearest] if ds else np.nan)
-        if prev >= 0 and ds[prev] <= thr:
+        if prev >= 0 and ds[prev] <= thr and ds[prev] <= ds[nearest] + STAY_MARGIN:
             chosen, d = prev, ds[prev]
         elif ds and ds[nearest] <= thr:
             chosen = nearest

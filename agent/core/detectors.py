@@ -10,11 +10,13 @@
 
 ``vpf-ip``
     Adds the code signature: every sampled IP placed in its object (main
-    executable, shared library, JIT mapping, kernel) and hashed by 16 KiB code
-    region into 1024 entries (agent/core/codemap.py).  Its entries have no order,
-    so it is compared with the total-variation distance (half the L1
+    executable, shared library, JIT mapping, kernel) and hashed at two
+    resolutions, by 16 KiB code region and by 64-byte cache line, into 1024
+    entries each (agent/core/codemap.py).  Its entries have no order, so each
+    resolution is compared with the total-variation distance (half the L1
     distance, also 0..1): code that runs in disjoint places is at distance 1
-    however close those places lie.  Combined again by the maximum, so a change
+    however close those places lie; beside it, the share of samples in code
+    the phase never ran (histograms.code_distance).  Combined again by the maximum, so a change
     of code alone opens a new phase even when voltage and frequency stay alike.
     Where the host gives no voltage or frequency (a virtual machine), the IP
     vector is the only segment present and decides alone.

@@ -8,13 +8,22 @@ from __future__ import annotations
 import numpy as np
 
 from .kernels import kernel
+from .params import CODE_RESOLUTIONS
 
 CUMULATIVE = 0          # ordered bins: cumulative histogram distance
 TOTAL_VARIATION = 1     # unordered bins (folded IPs): half the L1 distance
+#: Unordered bins in CODE_RESOLUTIONS equal blocks, one per resolution of the
+#: code signature, each holding an equal share of every sample: each block is
+#: compared on its own, and the largest distance counts.
+MULTI_RESOLUTION = 2
 #: The noise model's significance: a total-variation distance is counted only
 #: beyond the level that sampling noise alone exceeds with probability 1 %
 #: (one-sided z of the normal approximation).
 NOISE_Z = 2.326
+#: A resolution of the code signature counts only where sampling noise alone
+#: stays under this total-variation distance: beyond it, the estimate of new
+#: code divides by a small remainder and magnifies the noise.
+RESOLUTION_NOISE_LIMIT = 0.5
 
 
 @kernel(cache=True, nogil=True, error_model="numpy")
@@ -137,16 +146,23 @@ def expected_total_variation_reference(h: np.ndarray, n: int) -> float:
 
 @kernel(cache=True, nogil=True, fastmath=True)
 def noise_level(h, n_eff):
+    """``scaled_noise_level`` of ``h`` as it is."""
+    return scaled_noise_level(h, 1.0, n_eff)
+
+
+@kernel(cache=True, nogil=True, fastmath=True)
+def scaled_noise_level(h, scale, n_eff):
     """The total-variation distance that sampling noise alone stays under with
     probability 1 - 1 %: between ``h`` and a histogram of ``n_eff`` samples
     drawn from it, mean plus ``NOISE_Z`` standard deviations.  Per entry the
     deviation of a share is about normal with variance p(1-p)/n, so its absolute
     value has mean sqrt(2/pi) sigma and variance (1 - 2/pi) sigma^2; entries are
-    taken as independent."""
+    taken as independent.  ``h`` is a histogram times ``1 / scale``."""
     if n_eff <= 0.0:
         return 0.0
     s, v = 0.0, 0.0
     for p in h:
+        p *= scale
         q = p * (1.0 - p)
         s += np.sqrt(q)
         v += q
@@ -199,11 +215,139 @@ def segment_distance(x, n, centroid, members, kind):
     if kind == TOTAL_VARIATION:
         level = noise_level(centroid, effective_samples_kernel(n, members))
         return beyond_noise_kernel(total_variation_distance(x, centroid), level)
+    if kind == MULTI_RESOLUTION:
+        return code_distance(x, n, centroid, members)
     return cumulative_distance(x, centroid)
+
+
+@kernel(cache=True, nogil=True, fastmath=True)
+def code_distance(x, n, centroid, members):
+    """The larger of ``multi_resolution_distance`` and ``unseen_code_distance``
+    in one pass over each resolution, skipping the entries neither side has
+    (most of them): what the classifier runs for every comparison."""
+    width = len(x) // CODE_RESOLUTIONS
+    scale = float(CODE_RESOLUTIONS)
+    n_eff = effective_samples_kernel(n, members)
+    samples = float(n * members)
+    d = 0.0
+    for r in range(CODE_RESOLUTIONS):
+        tv, s, v, once, unseen = 0.0, 0.0, 0.0, 0.0, 0.0
+        for j in range(r * width, (r + 1) * width):
+            p = centroid[j] * scale
+            q = x[j] * scale
+            if p == 0.0:
+                tv += q
+                unseen += q
+                continue
+            tv += abs(q - p)
+            pq = p * (1.0 - p)
+            s += np.sqrt(pq)
+            v += pq
+            if p * samples < 1.5:
+                once += 1.0
+        tv = min(0.5 * tv, 1.0)
+        if n_eff > 0.0:
+            level = (0.5 * s * np.sqrt(2.0 / (np.pi * n_eff))
+                     + NOISE_Z * 0.5 * np.sqrt((1.0 - 2.0 / np.pi) * v / n_eff))
+        else:
+            level = 0.0
+        if r == 0 or level <= RESOLUTION_NOISE_LIMIT:
+            d = max(d, beyond_noise_kernel(tv, level))
+        if samples > 0.0:
+            turing = min(once / samples, 1.0)
+            if r == 0 or turing <= RESOLUTION_NOISE_LIMIT:
+                level = turing + NOISE_Z * np.sqrt(turing * (1.0 - turing) / n)
+                d = max(d, beyond_noise_kernel(unseen, level))
+    return d
+
+
+@kernel(cache=True, nogil=True)
+def multi_resolution_distance(x, centroid, n_eff):
+    """The largest of the noise-corrected distances of the resolutions.  At a
+    resolution where the phase's code is spread thin (cache lines of a large
+    program), noise alone reaches total variation 1 at a few dozen samples and
+    that resolution says nothing and is left out (the first, coarsest, always
+    counts); where it is concentrated (two hot loops a
+    cache line apart), it tells them apart however close they lie."""
+    width = len(x) // CODE_RESOLUTIONS
+    d = 0.0
+    for r in range(CODE_RESOLUTIONS):
+        lo, hi = r * width, (r + 1) * width
+        tv = CODE_RESOLUTIONS * total_variation_distance(x[lo:hi], centroid[lo:hi])
+        level = scaled_noise_level(centroid[lo:hi], float(CODE_RESOLUTIONS), n_eff)
+        if r == 0 or level <= RESOLUTION_NOISE_LIMIT:
+            d = max(d, beyond_noise_kernel(min(tv, 1.0), level))
+    return d
+
+
+def multi_resolution_distance_reference(x, centroid, n_eff) -> float:
+    blocks = zip(np.split(np.asarray(x) * CODE_RESOLUTIONS, CODE_RESOLUTIONS),
+                 np.split(np.asarray(centroid) * CODE_RESOLUTIONS, CODE_RESOLUTIONS))
+    levels = [(total_variation_distance_reference(xb, cb), noise_level_reference(cb, n_eff))
+              for xb, cb in blocks]
+    return max(beyond_noise(min(tv, 1.0), level) for r, (tv, level) in enumerate(levels)
+               if r == 0 or level <= RESOLUTION_NOISE_LIMIT)
 
 
 def segment_distance_reference(x, n, centroid, members, kind) -> float:
     if kind == TOTAL_VARIATION:
         level = noise_level_reference(centroid, effective_samples(n, members))
         return beyond_noise(total_variation_distance_reference(x, centroid), level)
+    if kind == MULTI_RESOLUTION:
+        return max(multi_resolution_distance_reference(x, centroid, effective_samples(n, members)),
+                   unseen_code_distance_reference(x, n, centroid, members))
     return cumulative_distance_reference(x, centroid)
+
+
+@kernel(cache=True, nogil=True)
+def unseen_code_distance(x, n, centroid, members):
+    """The share of an interval's samples in code its phase never ran, beyond
+    what the phase's own unseen code explains: the dense side of the
+    comparison, which holds at a few dozen samples where total variation
+    does not.
+
+    The phase has run about ``n * members`` samples; by Good and Turing, a new
+    sample of the same phase lands in an entry it has never seen with
+    probability about (entries seen once) / (samples).  The interval's share
+    in unseen entries is compared with that level plus ``NOISE_Z`` binomial
+    standard deviations, and what exceeds it is rescaled to 0..1 as in
+    ``beyond_noise``.  Per resolution; a resolution whose unseen share exceeds
+    ``RESOLUTION_NOISE_LIMIT`` (lines of a large program) is left out, the
+    coarsest always counts."""
+    width = len(x) // CODE_RESOLUTIONS
+    samples = float(n * members)
+    d = 0.0
+    if samples <= 0.0:
+        return d
+    for r in range(CODE_RESOLUTIONS):
+        lo = r * width
+        once, unseen = 0.0, 0.0
+        for j in range(lo, lo + width):
+            count = centroid[j] * CODE_RESOLUTIONS * samples
+            if count == 0.0:
+                unseen += x[j] * CODE_RESOLUTIONS
+            elif count < 1.5:
+                once += 1.0
+        turing = min(once / samples, 1.0)
+        if r > 0 and turing > RESOLUTION_NOISE_LIMIT:
+            continue
+        level = turing + NOISE_Z * np.sqrt(turing * (1.0 - turing) / n)
+        d = max(d, beyond_noise_kernel(unseen, level))
+    return d
+
+
+def unseen_code_distance_reference(x, n, centroid, members) -> float:
+    samples = float(n * members)
+    if samples <= 0:
+        return 0.0
+    d = 0.0
+    for r, (xb, cb) in enumerate(zip(np.split(np.asarray(x) * CODE_RESOLUTIONS, CODE_RESOLUTIONS),
+                                     np.split(np.asarray(centroid) * CODE_RESOLUTIONS,
+                                              CODE_RESOLUTIONS))):
+        counts = cb * samples
+        turing = min(float(np.sum((counts > 0) & (counts < 1.5))) / samples, 1.0)
+        if r > 0 and turing > RESOLUTION_NOISE_LIMIT:
+            continue
+        level = turing + NOISE_Z * np.sqrt(turing * (1 - turing) / n)
+        d = max(d, beyond_noise(float(xb[counts == 0].sum()), level))
+    return d

@@ -16,12 +16,23 @@ import numpy as np
 from .batch import KERNEL_START
 from .codemap import CodeMap
 from .decode import F
-from .histograms import CUMULATIVE, TOTAL_VARIATION, ip_bins, value_bins
+from .histograms import CUMULATIVE, MULTI_RESOLUTION, TOTAL_VARIATION, ip_bins, value_bins
 from .kernels import kernel
 from .params import HistogramParams, IntervalParams
 
 SEGMENTS = ("voltage", "pfreq", "ip")
 SEGMENT_KINDS = np.array([CUMULATIVE, CUMULATIVE, TOTAL_VARIATION], np.int64)
+#: Rows of per-sample bins: one per segment, and the code signature's line entry.
+_LINE_ROW = len(SEGMENTS)
+
+
+def segment_kinds(hp: HistogramParams) -> np.ndarray:
+    """How each segment is compared: the code signature over mappings holds
+    two resolutions side by side; the thesis's fold is one histogram."""
+    kinds = SEGMENT_KINDS.copy()
+    if hp.ip_signature != "fold":
+        kinds[SEGMENTS.index("ip")] = MULTI_RESOLUTION
+    return kinds
 
 F_VOLT, F_PFREQ = F["voltage_mv"], F["pfreq_mhz"]
 F_DINSTR, F_DCYC = F["d_instructions"], F["d_cycles"]
@@ -85,7 +96,7 @@ class IntervalAccumulator:
         self._bin_scratch = np.empty(0, np.int32)
         self.code_map = CodeMap.from_mappings(None)
         #: Segments built, from the first: a detector that ignores the code
-        #: signature costs neither the IP lookup nor 1024 entries an interval.
+        #: signature costs neither the IP lookup nor 2 x 1024 entries an interval.
         self.built = len(SEGMENTS)
 
     def build_segments(self, wanted: np.ndarray) -> None:
@@ -136,18 +147,23 @@ class IntervalAccumulator:
         return _head(out, 1)
 
     def _bins(self, n: int, ip, decoded, t_ns) -> np.ndarray:
-        """Each sample's bin in each segment (-1: none), one row per segment."""
-        if len(self._bin_scratch) < len(SEGMENTS) * n:
-            self._bin_scratch = np.empty(len(SEGMENTS) * n, np.int32)
-        bins = self._bin_scratch[:len(SEGMENTS) * n].reshape(len(SEGMENTS), n)
+        """Each sample's bin in each segment (-1: none), one row per segment,
+        and a last row with the code signature's line entry (-1: none)."""
+        rows = len(SEGMENTS) + 1
+        if len(self._bin_scratch) < rows * n:
+            self._bin_scratch = np.empty(rows * n, np.int32)
+        bins = self._bin_scratch[:rows * n].reshape(rows, n)
+        bins[_LINE_ROW] = -1
         hp = self.hist
         value_bins(decoded[F_VOLT], hp.voltage_mv[0], hp.voltage_mv[1], hp.voltage_bins, bins[0])
         value_bins(decoded[F_PFREQ], hp.pfreq_mhz[0], hp.pfreq_mhz[1], hp.pfreq_bins, bins[1])
         if self.built <= SEGMENTS.index("ip"):
             bins[2] = -1
         elif ip is not None and hp.ip_signature != "fold":
-            self.code_map.bins(np.ascontiguousarray(ip), np.ascontiguousarray(t_ns),
-                               hp.code_region_bits, hp.code_bins, bins[2])
+            ip, t_ns = np.ascontiguousarray(ip), np.ascontiguousarray(t_ns)
+            self.code_map.bins(ip, t_ns, hp.code_region_bits, hp.code_bins, bins[2])
+            self.code_map.bins(ip, t_ns, hp.code_line_bits, hp.code_bins, bins[_LINE_ROW])
+            bins[_LINE_ROW] += np.int32(hp.code_bins) * (bins[_LINE_ROW] >= 0)
         elif ip is not None and self.text_hi > self.text_lo:
             ip = np.where(ip >= KERNEL_START, np.uint64(0), ip)   # kernel or MISSING: unknown
             ip_bins(ip, self.text_lo, self.text_hi, self.ip_bits,
@@ -217,7 +233,12 @@ def _accumulate(t_ns, bins, dec, start, time_mode, samples_mode, size, bounds, a
             f_sum += dec[F_PFREQ, i]
         b = bins[2, i]
         if b >= 0:
-            acc[b_ip + b] += 1.0
+            line = bins[3, i]
+            if line >= 0:       # two resolutions: half a sample each
+                acc[b_ip + b] += 0.5
+                acc[b_ip + line] += 0.5
+            else:
+                acc[b_ip + b] += 1.0
             n_ip += 1
         d_instr = np.int64(dec[F_DINSTR, i])
         instr += d_instr

@@ -40,6 +40,10 @@ class IntervalParams:
         return f"every {self.ns / 1e6:g} ms"
 
 
+#: Resolutions of the code signature: code regions, then cache lines.
+CODE_RESOLUTIONS = 2
+
+
 @dataclass(frozen=True)
 class HistogramParams:
     """Ranges and bin counts of an execution profile.  Values outside a range
@@ -52,16 +56,18 @@ class HistogramParams:
     ip_bins: int = 32                    # a power of two
     ip_fold_groups: int = 2              # groups of log2(ip_bins) bits XOR-folded
     text_range: tuple[int, int] | None = None
-    # The code signature over all executable mappings (agent/core/codemap.py):
-    # regions of 2**code_region_bits bytes hashed into code_bins entries.
+    # The code signature over all executable mappings (agent/core/codemap.py),
+    # at two resolutions side by side: regions of 2**code_region_bits bytes
+    # and lines of 2**code_line_bits bytes, each hashed into code_bins entries.
     ip_signature: str = "regions"        # "regions", or "fold": the thesis's 32-entry fold
     code_bins: int = 1024
     code_region_bits: int = 14
+    code_line_bits: int = 6
 
     @property
     def ip_entries(self) -> int:
         """Length of the IP segment of a profile."""
-        return self.ip_bins if self.ip_signature == "fold" else self.code_bins
+        return self.ip_bins if self.ip_signature == "fold" else CODE_RESOLUTIONS * self.code_bins
 
     @classmethod
     def for_model(cls, model: CpuModel, text_range=None) -> "HistogramParams":
@@ -114,6 +120,7 @@ def histogram_params_of(meta: dict[str, Any]) -> HistogramParams:
         text_range=tuple(int(x) for x in text) if text else None,
         code_bins=int(h.get("code_bins", HistogramParams.code_bins)),
         code_region_bits=int(h.get("code_region_bits", HistogramParams.code_region_bits)),
+        code_line_bits=int(h.get("code_line_bits", HistogramParams.code_line_bits)),
     )
 
 
@@ -134,4 +141,5 @@ def histograms_dict(p: HistogramParams) -> dict[str, Any]:
             "pfreq_mhz": list(p.pfreq_mhz), "pfreq_bins": p.pfreq_bins,
             "ip_bins": p.ip_bins, "ip_fold_groups": p.ip_fold_groups,
             "text_range": list(p.text_range) if p.text_range else None,
-            "code_bins": p.code_bins, "code_region_bits": p.code_region_bits}
+            "code_bins": p.code_bins, "code_region_bits": p.code_region_bits,
+            "code_line_bits": p.code_line_bits}

@@ -16,7 +16,7 @@ from .codemap import CodeMap
 from .cpumodels import FALLBACK_BASE_HZ
 from .decode import COUNTERS, PROFILE_COUNTERS, DecoderState, decode
 from .detectors import IP_SIGNATURE, used_mask
-from .intervals import SEGMENT_KINDS, SEGMENTS, IntervalAccumulator, IntervalBlock, Layout
+from .intervals import SEGMENTS, IntervalAccumulator, IntervalBlock, Layout, segment_kinds
 from .params import Params, cpu_model_of
 
 #: Rows decoded and profiled at a time, so that the work arrays stay in cache.
@@ -70,6 +70,7 @@ class Pipeline:
         self.layout: Layout = self.accumulator.layout
         self.classifier = ClassifierState(self.layout.width, len(SEGMENTS), params.detector)
         self.used = used_mask(params.detector.detector)
+        self.kinds = segment_kinds(params.histograms)
         self.text_range = params.histograms.text_range
         self.mappings = mappings
         self.accumulator.set_code_map(CodeMap.from_mappings(mappings))
@@ -155,7 +156,7 @@ class Pipeline:
 
     def _classify(self, block: IntervalBlock) -> Intervals:
         phase, dist, new = classify(block.profiles, block.segment_samples, self.layout.bounds,
-                                    SEGMENT_KINDS, self.used, self.classifier)
+                                    self.kinds, self.used, self.classifier)
         intervals = self._intervals(block, phase, dist, new)
         for observe in self.profile_observers:
             observe(block, intervals)

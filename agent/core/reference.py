@@ -18,7 +18,7 @@ from .cpumodels import MAX_PLAUSIBLE_MHZ, PLAUSIBLE_VOLTAGE_MV
 from .decode import COUNTERS, FIELDS, F
 from .detectors import IP_SIGNATURE, used_mask
 from .histograms import fill_reference, ip_bins_reference
-from .intervals import SEGMENT_KINDS, Layout
+from .intervals import Layout, segment_kinds
 from .params import Params
 from .registers import voltage_volts
 
@@ -106,10 +106,12 @@ def profiles(batch: SampleBatch, decoded: np.ndarray, ends: np.ndarray, params: 
     starts = np.concatenate([[0], ends[:-1] + 1])
     prof = np.zeros((len(ends), layout.width))
     counts = np.zeros((len(ends), 3), np.int64)
-    ip_bins = None
+    ip_bins, line_bins = None, None
     if "ip" in batch and hp.ip_signature != "fold":
         ip_bins = code_bins_reference(batch["ip"], batch["t_ns"], mappings, hp.code_region_bits,
                                       hp.code_bins)
+        line_bins = code_bins_reference(batch["ip"], batch["t_ns"], mappings, hp.code_line_bits,
+                                        hp.code_bins)
     elif "ip" in batch and text_range is not None:
         bits = int(hp.ip_bins).bit_length() - 1
         ips = np.where(batch["ip"] >= KERNEL_START, np.uint64(0), batch["ip"])
@@ -120,7 +122,12 @@ def profiles(batch: SampleBatch, decoded: np.ndarray, ends: np.ndarray, params: 
         hv = fill_reference(volt, *hp.voltage_mv, hp.voltage_bins)
         hf = fill_reference(pf, *hp.pfreq_mhz, hp.pfreq_bins)
         hi = np.zeros(hp.ip_entries)
-        if ip_bins is not None:
+        if line_bins is not None:       # regions, then lines, half a sample each
+            sel = ip_bins[a:b]
+            hi = np.concatenate([np.bincount(sel[sel >= 0], minlength=hp.code_bins),
+                                 np.bincount(line_bins[a:b][sel >= 0], minlength=hp.code_bins)])
+            hi = hi.astype(np.float64) / 2
+        elif ip_bins is not None:
             sel = ip_bins[a:b]
             hi = np.bincount(sel[sel >= 0], minlength=hp.ip_entries).astype(np.float64)
         for s, h in enumerate((hv, hf, hi)):
@@ -139,6 +146,8 @@ def detect(batch: SampleBatch, params: Params, base_mhz: float, text_range=None,
                             mappings)
     layout = Layout.of(replace(params.histograms,
                                ip_signature=IP_SIGNATURE[params.detector.detector]))
-    phase, dist, new = classify_reference(prof, counts, layout.bounds, SEGMENT_KINDS,
+    kinds = segment_kinds(replace(params.histograms,
+                                  ip_signature=IP_SIGNATURE[params.detector.detector]))
+    phase, dist, new = classify_reference(prof, counts, layout.bounds, kinds,
                                           used_mask(params.detector.detector), params.detector)
     return phase, dist, new, ends

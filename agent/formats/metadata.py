@@ -68,6 +68,7 @@ class HistogramSchema(_Schema):
     ip_signature: Literal["regions", "fold"] = "regions"
     code_bins: Annotated[int, Meta(ge=2, le=MAX_BINS)] = HistogramParams.code_bins
     code_region_bits: Annotated[int, Meta(ge=4, le=40)] = HistogramParams.code_region_bits
+    code_line_bits: Annotated[int, Meta(ge=0, le=40)] = HistogramParams.code_line_bits
     text_range: Annotated[list[Address], Pair] | None = None
 
 
