@@ -33,7 +33,7 @@ $(STAMP_PIP): $(STAMP_APT) setup.cfg pyproject.toml
 # command starts without numba's compiler; rebuilt when any source changes
 # (until then the kernels run just in time).  Bytecode is compiled too: where
 # PYTHONDONTWRITEBYTECODE is set, every start would compile the sources again.
-$(AOT): $(STAMP_PIP) $(wildcard agent/*.py agent/*/*.py collectors/*.py)
+$(AOT): $(STAMP_PIP) $(wildcard agent/*.py agent/*/*.py collectors/*.py collectors/*.c)
 	$(PY) -m phasewatch.cli.aot_build
 	$(PY) -m compileall -q agent collectors
 
