@@ -44,7 +44,7 @@ CLOCK_MONOTONIC, TIMER_ABSTIME = 1, 1
 END = "end"
 #: A sampler with a budget hands over a batch about this many times a second,
 #: and checks its own CPU time every ADAPT_WINDOW_S.
-BATCHES_PER_S = 2
+BATCHES_PER_S = 1
 ADAPT_WINDOW_S = 1.0
 
 

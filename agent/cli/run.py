@@ -57,11 +57,10 @@ if TYPE_CHECKING:
 
 SAMPLE_RATE_HZ = 1000
 #: The agent wakes every this many samples per CPU ring (or every POLL_MS),
-#: about twice a second at 1 kHz.  Each wake-up has a fixed cost that
-#: dominates the agent's CPU time (1.2 % of a core at 64 samples, 0.45 % at 256,
-#: 0.3 % at 512: benchmarks/README.md); the price is that phases show up to half a
-#: second after their interval ends.
-WAKEUP_SAMPLES = 512
+#: about once a second at 1 kHz.  Each wake-up has a fixed cost that
+#: dominates the agent's CPU time (benchmarks/README.md); the price is that
+#: phases show up to a second after their interval ends.
+WAKEUP_SAMPLES = 1000
 POLL_MS = 1000
 #: How long CMD runs before the kernels load (they take a third of a second of CPU).
 WARM_UP_AFTER_S = 0.1
