@@ -31,7 +31,7 @@ import numpy as np
 
 from ..collectors import msr
 from ..collectors.cpuinfo import base_frequency_hz, read_cpuinfo
-from ..collectors.registry import CHOICES, open_source
+from ..collectors.registry import CHOICES, open_source, register_rate_of
 from ..console import warn
 from ..core.batch import ID_RANGES, RAW_DTYPES, SampleBatch
 from ..core.params import (HistogramParams, IntervalParams, Params, histogram_params_of,
@@ -151,7 +151,6 @@ def watch(args, child: Child, source: Source) -> int:
             child.release()
             feed = SourceThread(source.batches()).start()
             from ..formats.results import JsonLinesSink, PhaseSummary
-            from ..formats.trace import TraceWriter
             from ..live.loop import LiveRun
             from ..live.phase_functions import PhaseFunctions
             from ..live.process_maps import ProcessMappings
@@ -165,8 +164,7 @@ def watch(args, child: Child, source: Source) -> int:
             figure = observe_figure(pipeline) if args.report else None
             functions = PhaseFunctions(symbolizer)
             sinks += [JsonLinesSink(out.stream)] if out else []
-            trace = (TraceWriter(args.record, meta, signals, inputs=[args.program])
-                     if args.record else None)
+            trace = open_trace(args, meta, signals) if args.record else None
             status = StatusLine(os.path.basename(child.argv[0]))
             live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
                            status=status, lost_samples=lambda: source.stats()["lost_samples"],
@@ -192,6 +190,7 @@ def watch(args, child: Child, source: Source) -> int:
         "seconds": (child.ended_ns - child.started_ns) / 1e9,
         "detector": detector, "interval": interval.describe(), "signals": list(signals),
         "source": source.metadata["source"], "not_taken": source.metadata.get("not_taken", {}),
+        "register_rate": register_rate_of(source),
         "missing_signals": missing_signals(signals),
         "samples_lost": {"ring": source.stats()["lost_samples"], "queue": feed.dropped_samples},
         "trace": args.record if trace and not trace.failure else None,
@@ -203,6 +202,12 @@ def watch(args, child: Child, source: Source) -> int:
     if failures:
         raise UserError("; ".join(failures))
     return exit_status
+
+
+def open_trace(args, meta: dict, signals):
+    """The trace writer (pyarrow, 25 MiB resident, is loaded only for it)."""
+    from ..formats.trace import TraceWriter
+    return TraceWriter(args.record, meta, signals, inputs=[args.program])
 
 
 def observe_figure(pipeline: Pipeline):
@@ -342,7 +347,8 @@ def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
               f"{pipeline.samples:,} samples, {summary.n_intervals} intervals "
               f"{pipeline.params.interval.describe()}, detector {run_info['detector']}, "
               f"threshold {pipeline.threshold:.3f}")
-    out.print(f"source: {run_info['source']}" + "".join(
+    rate = run_info["register_rate"]
+    out.print(f"source: {run_info['source']}" + (f" ({escape(rate['said'])})" if rate else "") + "".join(
         f"; not {name}: {escape(why)}" for name, why in run_info["not_taken"].items()))
     if run_info["missing_signals"]:
         out.print("missing on this host: " + ", ".join(run_info["missing_signals"]))
