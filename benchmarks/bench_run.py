@@ -66,6 +66,7 @@ class RunFigures:
     startup_s: float
     watching_s: float
     watched_wall_s: float
+    cmd_window_pct: float   # from CMD's exec to its end, the settling time included
     end_s: float
     rusage_s: float
     maxrss_mib: float
@@ -145,7 +146,9 @@ def figures(samples: list[Sample], rusage_s: float, settle_s: float) -> RunFigur
         sys.exit(f"bench_run: CMD ran less than --settle {settle_s:g} s; run it longer")
     first, last = samples[watched[0]], samples[watched[-1]]
     final = max(samples[-1].cpu_ns, last.cpu_ns)
-    return RunFigures(startup_s=first.cpu_ns / 1e9,
+    exec_, end = samples[running[0]], samples[running[-1]]
+    return RunFigures(cmd_window_pct=100 * (end.cpu_ns - exec_.cpu_ns) / 1e9 / (end.t - exec_.t),
+                      startup_s=first.cpu_ns / 1e9,
                       watching_s=(last.cpu_ns - first.cpu_ns) / 1e9,
                       watched_wall_s=last.t - first.t,
                       end_s=(final - last.cpu_ns) / 1e9,
@@ -226,6 +229,7 @@ def report(binary: str, runs: list[RunFigures]) -> None:
     rows = [
         ("agent CPU while CMD runs, % of a core per watched CPU",
          spread(r.overhead_pct for r in runs)),
+        ("  the same from CMD's exec (loading included)", spread(r.cmd_window_pct for r in runs)),
         ("start-up: agent CPU s before CMD and in its first seconds",
          spread(r.startup_s for r in runs)),
         ("end: agent CPU s after CMD ends", spread(r.end_s for r in runs)),
