@@ -76,13 +76,18 @@ def probe(cpu: int = 0, msr_path: str = msr.DEFAULT_PATH, roots: Roots | None = 
 
 
 def register_rate(host: registry.Host, offer: registry.Offer) -> dict | None:
-    """The rate the register sampler would start at on every online CPU, as
-    ``run --source msr`` and the daemon measure it (None: no sampler here)."""
+    """The rate the register sampler would start at on every online CPU (else
+    on the CPU probed), as ``run --source msr`` and the daemon measure it
+    (None: no sampler here)."""
     if not offer.available:
         return None
-    try:
-        sampler = registry.open_sampler(host, registry.Target())
-    except (OSError, UserError):
+    for cpus in (None, [host.cpu]):     # every CPU, as the daemon; else the one probed
+        try:
+            sampler = registry.open_sampler(host, registry.Target(cpus=cpus))
+            break
+        except (OSError, UserError):
+            continue
+    else:
         return None
     try:
         return sampler.metadata.get("register_rate")
