@@ -80,15 +80,16 @@ class RunFigures:
         return self.startup_s + self.watching_s + self.end_s
 
 
-def agent_cpu_ns(pid: int) -> int:
-    total = 0
+def agent_cpu_ns(pid: int, seen: dict[str, int]) -> int:
+    """The agent's CPU time: every thread's, a thread that has ended with the
+    last value it was seen with (its time must not drop out of the sum)."""
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
+                seen[tid] = int(f.read().split()[0])
         except (FileNotFoundError, ProcessLookupError):
             pass  # a thread that has just ended
-    return total
+    return sum(seen.values())
 
 
 def cmd_cpu_ns(pid: int, exe: str) -> int | None:
@@ -118,10 +119,10 @@ def observe(argv: list[str], exe: str, poll_s: float):
     """The polls of one run, and the agent's CPU seconds from its rusage (with
     CMD's, which the agent reaped, taken out)."""
     agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    samples = []
+    samples, seen = [], {}
     while True:
         try:
-            samples.append(Sample(time.monotonic(), agent_cpu_ns(agent.pid),
+            samples.append(Sample(time.monotonic(), agent_cpu_ns(agent.pid, seen),
                                   cmd_cpu_ns(agent.pid, exe), peak_rss_kib(agent.pid)))
         except (FileNotFoundError, ProcessLookupError):
             pass
