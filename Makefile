@@ -82,7 +82,9 @@ bench: install
 	$(PY) benchmarks/bench_whole.py
 	$(PY) benchmarks/bench_replay.py
 	$(PY) benchmarks/bench_sampler.py
+	$(PY) benchmarks/bench_ticks.py
 	$(PY) benchmarks/bench_run.py
+	$(PY) benchmarks/bench_daemon.py --mode live
 
 # Grafana dashboards, built from agent/dashboards/ with grafana-foundation-sdk.
 # The emitted JSON is committed; tests/test_dashboards.py fails when it is stale.
