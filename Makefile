@@ -46,7 +46,7 @@ $(SPEEDSCOPE): $(STAMP_APT)
 # command starts without numba's compiler; rebuilt when any source changes
 # (until then the kernels run just in time).  Bytecode is compiled too: where
 # PYTHONDONTWRITEBYTECODE is set, every start would compile the sources again.
-$(AOT): $(STAMP_PIP) $(wildcard agent/*.py agent/*/*.py collectors/*.py)
+$(AOT): $(STAMP_PIP) $(wildcard agent/*.py agent/*/*.py collectors/*.py collectors/*.c)
 	$(PY) -m phasewatch.cli.aot_build
 	$(PY) -m compileall -q agent collectors
 
@@ -101,7 +101,9 @@ bench: install
 	$(PY) benchmarks/bench_whole.py
 	$(PY) benchmarks/bench_replay.py
 	$(PY) benchmarks/bench_sampler.py
+	$(PY) benchmarks/bench_ticks.py
 	$(PY) benchmarks/bench_run.py
+	$(PY) benchmarks/bench_daemon.py --mode live
 
 # Grafana dashboards, built from agent/dashboards/ with grafana-foundation-sdk.
 # The emitted JSON is committed; tests/test_dashboards.py fails when it is stale.

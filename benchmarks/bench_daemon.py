@@ -12,15 +12,23 @@ Two modes, each run --repeat times:
     the daemon samples every CPU of this host through the source registry
     (``[source] kind = "perf"``), 200 ms intervals.
 
-After start-up (the first --warmup seconds), the daemon's own CPU time
-(user + sys, all threads, from /proc/PID/stat) over --seconds of wall time,
-divided by the CPUs watched.  Each figure is the median over the runs.
+After start-up (the first --warmup seconds), the daemon's own CPU time over
+--seconds of wall time, divided by the CPUs watched, two ways: summed over its
+threads from /proc/PID/task/*/schedstat (nanoseconds), and from
+/proc/PID/stat (user + sys, clock ticks: coarse, the independent check).
+Each figure is the median over the runs, with the range beside it; the
+resident set is the daemon's peak (VmHWM) at the end of the run.
+
+``--phasewatchd BIN`` (repeatable) compares installs side by side, runs
+interleaved; ``--load`` runs ``stress-ng --cpu 0`` (every core) meanwhile.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,22 +43,54 @@ TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
+    """user + sys from /proc/PID/stat, in clock ticks."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) * TICK_S
 
 
-def rss_mib(pid: int) -> float:
+def schedstat_seconds(pid: int) -> float:
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return total / 1e9
+
+
+def peak_rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
 
 
-def one_run(argv, seconds: float, warmup: float, subscribe: bool) -> tuple[float, float]:
+@contextlib.contextmanager
+def cpu_load(on: bool):
+    """stress-ng on every core while the block runs (when ``on``)."""
+    if not on:
+        yield
+        return
+    if shutil.which("stress-ng") is None:
+        sys.exit("bench_daemon: --load needs stress-ng (apt-get install stress-ng)")
+    proc = subprocess.Popen(["stress-ng", "--cpu", "0", "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def one_run(daemon: str, argv, seconds: float, warmup: float,
+            subscribe: bool) -> tuple[float, float, float]:
+    """CPU share by schedstat and by stat ticks, and the peak resident set."""
     zmq_port = free_port()
-    proc = subprocess.Popen([str(DAEMON), *argv, "--metrics", f"127.0.0.1:{free_port()}",
+    proc = subprocess.Popen([daemon, *argv, "--metrics", f"127.0.0.1:{free_port()}",
                              "--zmq", f"tcp://127.0.0.1:{zmq_port}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     sub = None
@@ -60,10 +100,12 @@ def one_run(argv, seconds: float, warmup: float, subscribe: bool) -> tuple[float
                                 f"tcp://127.0.0.1:{zmq_port}"], stdout=subprocess.DEVNULL)
     try:
         time.sleep(warmup)
-        c0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        if proc.poll() is not None:
+            sys.exit(f"bench_daemon: {daemon} {' '.join(argv)} exited {proc.returncode}")
+        s0, c0, t0 = schedstat_seconds(proc.pid), cpu_seconds(proc.pid), time.monotonic()
         time.sleep(seconds)
-        c1, t1 = cpu_seconds(proc.pid), time.monotonic()
-        return (c1 - c0) / (t1 - t0), rss_mib(proc.pid)
+        s1, c1, t1 = schedstat_seconds(proc.pid), cpu_seconds(proc.pid), time.monotonic()
+        return (s1 - s0) / (t1 - t0), (c1 - c0) / (t1 - t0), peak_rss_mib(proc.pid)
     finally:
         proc.terminate()
         proc.wait()
@@ -78,8 +120,13 @@ def main() -> int:
     p.add_argument("--cpus", type=int, default=2, help="CPUs in the replayed trace")
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--warmup", type=float, default=8.0)
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--phasewatchd", action="append", metavar="BIN",
+                   help="the daemon to measure; repeat to compare (default: this environment's)")
+    p.add_argument("--load", action="store_true", help="run stress-ng on every core meanwhile")
     args = p.parse_args()
+    daemons = args.phasewatchd or [str(DAEMON)]
+    runs: dict[str, list] = {d: [] for d in daemons}
     with tempfile.TemporaryDirectory() as tmp:
         if args.mode == "replay":
             samples = int((args.seconds + args.warmup + 10) * 1000)
@@ -90,15 +137,29 @@ def main() -> int:
             config.write_text('[source]\nkind = "perf"\n[detector]\nname = "vpf-ip"\n'
                               'interval_ms = 200\n')
             argv, cpus = ["--config", str(config)], os.cpu_count()
-        runs = [one_run(argv, args.seconds, args.warmup, args.mode == "replay")
-                for _ in range(args.repeat)]
-    shares = [100 * c / cpus for c, _ in runs]
+        with cpu_load(args.load):
+            for _ in range(args.repeat):
+                for daemon in daemons:
+                    runs[daemon].append(one_run(daemon, argv, args.seconds, args.warmup,
+                                                args.mode == "replay"))
     print(f"phasewatchd {args.mode}, {cpus} CPUs at 1 kHz, {args.seconds:g} s after "
-          f"{args.warmup:g} s start-up, {args.repeat} runs")
-    print(f"  CPU per watched CPU: median {statistics.median(shares):.2f} % of a core "
-          f"(runs: {', '.join(f'{s:.2f}' for s in shares)})")
-    print(f"  resident set: median {statistics.median(r for _, r in runs):.0f} MiB")
+          f"{args.warmup:g} s start-up, {args.repeat} runs"
+          + (", stress-ng on every core" if args.load else "") + "; median (min-max)")
+    for daemon in daemons:
+        report(daemon, runs[daemon], cpus)
     return 0
+
+
+def spread(values) -> str:
+    values = list(values)
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def report(daemon: str, runs, cpus: int) -> None:
+    print(f"{daemon}:")
+    print(f"  CPU per watched CPU, % of a core (schedstat)   {spread(100 * s / cpus for s, _, _ in runs)}")
+    print(f"  CPU per watched CPU, % of a core (stat ticks)  {spread(100 * c / cpus for _, c, _ in runs)}")
+    print(f"  peak resident set, MiB                         {spread(r for _, _, r in runs)}")
 
 
 if __name__ == "__main__":

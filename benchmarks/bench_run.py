@@ -7,23 +7,34 @@ every --poll-ms:
 
 * the agent's CPU time, user + sys, summed over all its threads, from
   ``/proc/AGENT/task/*/schedstat`` (nanoseconds; CMD's time is not in it);
-* the user/sys split from ``/proc/AGENT/stat`` (clock ticks, so coarse);
 * whether CMD is running: a child of the agent whose executable is abab.
 
-The agent's time is split at CMD's exec and exit into start-up (interpreter,
-imports, numba cache load, opening the perf events), watching (the live loop
-while CMD runs: this is the overhead figure), and the end (final table,
-symbolisation, closing files).  The overhead is watching CPU time over CMD's
-wall time: CMD is CPU-bound and pinned, so that is CPU time of one watched CPU.
-Each figure is the median over the runs.
+The agent's time is split into start-up (interpreter, imports, loading the
+kernels, opening the sources: before CMD runs and in its first --settle
+seconds, while the loading threads finish), watching (the live loop while
+CMD runs: this is the overhead figure) and the end (final table,
+symbolisation, closing files).  The overhead is watching CPU time over the
+wall time it was taken in: CMD is CPU-bound and pinned, so that is CPU time
+per watched CPU.
 
-The sampling interrupts themselves run in CMD's context (perf accounts them to
-the sampled task), so they are not in the agent's figure.
+A second, independent measure: the agent's whole CPU time from the kernel's
+rusage of the child (``wait4``; CMD's CPU time, last polled from its own
+schedstat, taken out, since the agent reaps it), against the sum of the three
+parts from schedstat; they agree to within what the last polls miss.  The
+agent's peak resident set is its ``VmHWM`` at the last poll (rusage's
+``ru_maxrss`` would be CMD's, the larger of the two here).
+
+``--phasewatch BIN`` (repeatable) compares installs side by side, runs
+interleaved (A B A B ...), e.g. an older checkout's ``.venv/bin/phasewatch``
+against this one's; ``--load`` runs ``stress-ng --cpu 0`` (every core) during
+the runs.  The sampling interrupts themselves run in CMD's context (perf
+accounts them to the sampled task), so they are not in the agent's figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -36,50 +47,53 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent / "phasewatch"
-TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
 class Sample:
     t: float            # monotonic seconds
     cpu_ns: int         # agent's threads, user + sys
-    user_ticks: int
-    sys_ticks: int
-    cmd_running: bool
+    cmd_ns: int | None  # CMD's, while it runs
+    hwm_kib: int        # the agent's peak resident set so far (VmHWM)
+
+    @property
+    def cmd_running(self) -> bool:
+        return self.cmd_ns is not None
 
 
 @dataclass
 class RunFigures:
     startup_s: float
     watching_s: float
+    watched_wall_s: float
+    cmd_window_pct: float   # from CMD's exec to its end, the settling time included
     end_s: float
-    cmd_wall_s: float
-    user_s: float
-    sys_s: float
+    rusage_s: float
+    maxrss_mib: float
 
     @property
     def overhead_pct(self) -> float:
-        return 100.0 * self.watching_s / self.cmd_wall_s
+        return 100.0 * self.watching_s / self.watched_wall_s
+
+    @property
+    def schedstat_s(self) -> float:
+        return self.startup_s + self.watching_s + self.end_s
 
 
-def agent_cpu_ns(pid: int) -> int:
-    total = 0
+def agent_cpu_ns(pid: int, seen: dict[str, int]) -> int:
+    """The agent's CPU time: every thread's, a thread that has ended with the
+    last value it was seen with (its time must not drop out of the sum)."""
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
+                seen[tid] = int(f.read().split()[0])
         except (FileNotFoundError, ProcessLookupError):
             pass  # a thread that has just ended
-    return total
+    return sum(seen.values())
 
 
-def agent_ticks(pid: int) -> tuple[int, int]:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]), int(fields[12])   # utime, stime (own threads only)
-
-
-def cmd_running(pid: int, exe: str) -> bool:
+def cmd_cpu_ns(pid: int, exe: str) -> int | None:
+    """CMD's CPU time (a child of the agent running ``exe``), None if it is not running."""
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/children") as f:
@@ -89,41 +103,57 @@ def cmd_running(pid: int, exe: str) -> bool:
         for child in children:
             try:
                 if os.readlink(f"/proc/{child}/exe") == exe:
-                    return True
+                    with open(f"/proc/{child}/schedstat") as f:
+                        return int(f.read().split()[0])
             except OSError:
                 pass
-    return False
+    return None
 
 
-def observe(argv: list[str], exe: str, poll_s: float) -> list[Sample]:
-    agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    samples = []
-    while agent.poll() is None:
+def peak_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next((int(line.split()[1]) for line in f if line.startswith("VmHWM:")), 0)
+
+
+def observe(argv: list[str], exe: str, poll_s: float):
+    """The polls of one run, and the agent's CPU seconds from its rusage (with
+    CMD's, which the agent reaped, taken out)."""
+    agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    samples, seen = [], {}
+    while True:
         try:
-            user, system = agent_ticks(agent.pid)
-            samples.append(Sample(time.monotonic(), agent_cpu_ns(agent.pid), user, system,
-                                  cmd_running(agent.pid, exe)))
+            samples.append(Sample(time.monotonic(), agent_cpu_ns(agent.pid, seen),
+                                  cmd_cpu_ns(agent.pid, exe), peak_rss_kib(agent.pid)))
         except (FileNotFoundError, ProcessLookupError):
+            pass
+        done, status, usage = os.wait4(agent.pid, os.WNOHANG)
+        if done:
             break
         time.sleep(poll_s)
-    _, err = agent.communicate()
+    agent.returncode = os.waitstatus_to_exitcode(status)
     if agent.returncode != 0:
-        sys.exit(f"bench_run: {' '.join(argv)} exited {agent.returncode}: {err.decode().strip()}")
-    return samples
+        sys.exit(f"bench_run: {' '.join(argv)} exited {agent.returncode}")
+    cmd_s = max((s.cmd_ns for s in samples if s.cmd_running), default=0) / 1e9
+    return samples, usage.ru_utime + usage.ru_stime - cmd_s
 
 
-def figures(samples: list[Sample]) -> RunFigures:
+def figures(samples: list[Sample], rusage_s: float, settle_s: float) -> RunFigures:
     running = [i for i, s in enumerate(samples) if s.cmd_running]
     if len(running) < 2:
         sys.exit("bench_run: CMD was seen running in fewer than two polls; run it longer")
-    first, last, final = samples[running[0]], samples[running[-1]], samples[-1]
-    return RunFigures(
-        startup_s=first.cpu_ns / 1e9,
-        watching_s=(last.cpu_ns - first.cpu_ns) / 1e9,
-        end_s=(final.cpu_ns - last.cpu_ns) / 1e9,
-        cmd_wall_s=last.t - first.t,
-        user_s=(last.user_ticks - first.user_ticks) * TICK_S,
-        sys_s=(last.sys_ticks - first.sys_ticks) * TICK_S)
+    begin = samples[running[0]].t + settle_s
+    watched = [i for i in running if samples[i].t >= begin]
+    if len(watched) < 2:
+        sys.exit(f"bench_run: CMD ran less than --settle {settle_s:g} s; run it longer")
+    first, last = samples[watched[0]], samples[watched[-1]]
+    final = max(samples[-1].cpu_ns, last.cpu_ns)
+    exec_, end = samples[running[0]], samples[running[-1]]
+    return RunFigures(cmd_window_pct=100 * (end.cpu_ns - exec_.cpu_ns) / 1e9 / (end.t - exec_.t),
+                      startup_s=first.cpu_ns / 1e9,
+                      watching_s=(last.cpu_ns - first.cpu_ns) / 1e9,
+                      watched_wall_s=last.t - first.t,
+                      end_s=(final - last.cpu_ns) / 1e9,
+                      rusage_s=rusage_s, maxrss_mib=max(s.hwm_kib for s in samples) / 1024)
 
 
 def build_abab(workdir: str) -> str:
@@ -132,48 +162,85 @@ def build_abab(workdir: str) -> str:
     return os.path.join(workdir, "abab")
 
 
+@contextlib.contextmanager
+def cpu_load(on: bool):
+    """stress-ng on every core while the block runs (when ``on``)."""
+    if not on:
+        yield
+        return
+    if shutil.which("stress-ng") is None:
+        sys.exit("bench_run: --load needs stress-ng (apt-get install stress-ng)")
+    proc = subprocess.Popen(["stress-ng", "--cpu", "0", "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0,
                         help="abab's SECONDS: each of A, B, A runs this long (default %(default)s)")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--poll-ms", type=float, default=20.0)
+    parser.add_argument("--settle", type=float, default=2.0, metavar="S",
+                        help="seconds of CMD's run counted as start-up (default %(default)s)")
+    parser.add_argument("--phasewatch", action="append", metavar="BIN",
+                        help="the phasewatch command to measure; repeat to compare "
+                             "(default: this environment's)")
+    parser.add_argument("--load", action="store_true",
+                        help="run stress-ng on every core meanwhile")
     parser.add_argument("--record", action="store_true", help="also record a trace")
     parser.add_argument("run_options", nargs="*", metavar="OPTION",
                         help="more options for 'phasewatch run' (after --)")
     args = parser.parse_args()
     if shutil.which("gcc") is None:
         sys.exit("bench_run: building abab needs gcc and make")
+    bins = args.phasewatch or [str(BIN)]
     with tempfile.TemporaryDirectory() as workdir:
         exe = build_abab(workdir)
         options = list(args.run_options)
         if args.record:
             options += ["--record", os.path.join(workdir, "t.arrow")]
-        argv = [str(BIN), "run", *options, "--", exe, str(args.seconds)]
-        observe(argv[:-1] + ["0"], exe, args.poll_ms / 1000)   # warm the numba cache
-        runs = [figures(observe(argv, exe, args.poll_ms / 1000)) for _ in range(args.repeat)]
-    report(argv, runs)
+        argvs = {b: [b, "run", *options, "--", exe, str(args.seconds)] for b in bins}
+        runs: dict[str, list[RunFigures]] = {b: [] for b in bins}
+        with cpu_load(args.load):
+            for argv in argvs.values():
+                observe(argv[:-1] + ["0"], exe, args.poll_ms / 1000)   # warm caches
+            for _ in range(args.repeat):
+                for b, argv in argvs.items():
+                    runs[b].append(figures(*observe(argv, exe, args.poll_ms / 1000),
+                                           settle_s=args.settle))
+    print("command: " + " ".join(["phasewatch run", *options, "--", "abab", str(args.seconds)])
+          + (", stress-ng on every core" if args.load else ""))
+    for b in bins:
+        report(b, runs[b])
 
 
-def report(argv: list[str], runs: list[RunFigures]) -> None:
-    def med(key) -> float:
-        return statistics.median(getattr(r, key) if isinstance(key, str) else key(r)
-                                 for r in runs)
-    options = argv[2:argv.index("--")]
-    print("command: " + " ".join(["phasewatch run", *options, "--", "abab", argv[-1]]))
-    print(f"runs: {len(runs)}, median of each figure; CMD ran {med('cmd_wall_s'):.1f} s per run")
+def spread(values) -> str:
+    values = list(values)
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def report(binary: str, runs: list[RunFigures]) -> None:
+    print(f"{binary}: {len(runs)} runs, median (min-max)")
     rows = [
-        ("agent CPU while CMD runs, per second of CMD", f"{med('overhead_pct'):.2f} %"),
-        ("  of which user (tick resolution)",
-         f"{med(lambda r: 100 * r.user_s / r.cmd_wall_s):.2f} %"),
-        ("  of which sys (tick resolution)",
-         f"{med(lambda r: 100 * r.sys_s / r.cmd_wall_s):.2f} %"),
-        ("start-up: agent CPU before CMD runs", f"{1000 * med('startup_s'):.0f} ms"),
-        ("end: agent CPU after CMD ends", f"{1000 * med('end_s'):.0f} ms"),
+        ("agent CPU while CMD runs, % of a core per watched CPU",
+         spread(r.overhead_pct for r in runs)),
+        ("  the same from CMD's exec (loading included)", spread(r.cmd_window_pct for r in runs)),
+        ("start-up: agent CPU s before CMD and in its first seconds",
+         spread(r.startup_s for r in runs)),
+        ("end: agent CPU s after CMD ends", spread(r.end_s for r in runs)),
+        ("whole run, agent CPU s: schedstat", spread(r.schedstat_s for r in runs)),
+        ("whole run, agent CPU s: rusage less CMD's", spread(r.rusage_s for r in runs)),
+        ("peak resident set, MiB (VmHWM)", spread(r.maxrss_mib for r in runs)),
     ]
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
-        print(f"  {name:<{width}}  {value:>9}")
+        print(f"  {name:<{width}}  {value}")
     print("  per run: " + ", ".join(f"{r.overhead_pct:.2f} %" for r in runs))
 
 

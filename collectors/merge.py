@@ -24,12 +24,13 @@ import numpy as np
 
 from phasewatch.core.batch import MISSING, RAW_DTYPES, SampleBatch, concat
 
+from .sampler import END
+
 #: Register readings kept per CPU for the join: far more than the time the
 #: primary's rows can lag behind (one wake-up, about half a second).
 KEEP_NS = 2_000_000_000
 #: How long the end of the run waits for the secondary to pass the last rows.
 CATCH_UP_S = 0.3
-_END = object()
 #: Counters a primary source may keep per thread.
 THREAD_COUNTERS = ("instructions", "cycles")
 
@@ -58,9 +59,48 @@ def asof_join(rows: SampleBatch, regs: SampleBatch, columns, tolerance_ns: int) 
     return SampleBatch(out)
 
 
+class ThreadedSource:
+    """Any source's batches read on a thread of its own, offered as a
+    :class:`~.sampler.Sampler` offers them (``next_batch``)."""
+
+    def __init__(self, source):
+        self.source = source
+        self.metadata, self.signals = source.metadata, source.signals
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._read, daemon=True, name="phasewatch-merge")
+
+    def _read(self) -> None:
+        try:
+            for batch in self.source.batches():
+                self._queue.put(batch)
+        finally:
+            self._queue.put(END)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def next_batch(self, timeout: float | None = None):
+        try:
+            return self._queue.get(timeout=timeout) if timeout else self._queue.get_nowait()
+        except queue.Empty:
+            return None
+
+    def flush(self) -> None:
+        pass
+
+    def stats(self) -> dict[str, int]:
+        return self.source.stats()
+
+    def close(self) -> None:
+        self.source.close()
+        self._thread.join(timeout=2)
+
+
 class MergedSource:
     """The rows of ``primary`` with ``columns`` of ``secondary`` joined by
-    time per CPU.  Ends when the primary ends; closes both."""
+    time per CPU.  Ends when the primary ends; closes both.  The secondary is
+    a :class:`~.sampler.Sampler`: its batches are taken as the primary's come,
+    on the same thread, and at the end it is asked to hand over what it has."""
 
     def __init__(self, primary, secondary, columns, *, tolerance_ns: int = 20_000_000):
         self.primary = primary
@@ -85,38 +125,26 @@ class MergedSource:
             "not_taken": {**primary.metadata.get("not_taken", {}),
                           **secondary.metadata.get("not_taken", {})},
         }
-        self._queue: queue.Queue = queue.Queue()
         self._regs = SampleBatch.empty(("t_ns", "cpu") + self.columns)
         self._secondary_done = False
         self._samples = 0
+        if not hasattr(secondary, "next_batch"):
+            self.secondary = secondary = ThreadedSource(secondary)
         # Started now, so that the registers are being read before the
         # primary's first sample (the watched program starts after this).
-        self._thread = threading.Thread(target=self._read_secondary, daemon=True,
-                                        name="phasewatch-merge")
-        self._thread.start()
-
-    def _read_secondary(self) -> None:
-        try:
-            for batch in self.secondary.batches():
-                self._queue.put(batch)
-        finally:
-            self._queue.put(_END)
+        secondary.start()
 
     def _take_secondary(self, wait_s: float = 0.0) -> None:
+        """The secondary's batches that have come (waiting up to ``wait_s`` for one)."""
         parts = []
-        deadline = time.monotonic() + wait_s
         while not self._secondary_done:
-            try:
-                item = self._queue.get(timeout=max(deadline - time.monotonic(), 0)) \
-                    if wait_s else self._queue.get_nowait()
-            except queue.Empty:
+            item = self.secondary.next_batch(wait_s if not parts else 0)
+            if item is None:
                 break
-            if item is _END:
+            if item is END:
                 self._secondary_done = True
                 break
             parts.append(SampleBatch({n: item[n] for n in ("t_ns", "cpu") + self.columns}))
-            if wait_s:
-                break
         if parts:
             regs = concat([self._regs] + parts)
             keep = regs["t_ns"] >= regs["t_ns"][-1] - KEEP_NS
@@ -138,6 +166,8 @@ class MergedSource:
         if pending is not None and len(pending):
             last = int(pending["t_ns"].max())
             deadline = time.monotonic() + CATCH_UP_S
+            if self._watermark() < last:
+                self.secondary.flush()
             while self._watermark() < last and time.monotonic() < deadline:
                 self._take_secondary(wait_s=0.05)
             yield self._join(pending)
@@ -173,4 +203,3 @@ class MergedSource:
     def close(self) -> None:
         self.primary.close()
         self.secondary.close()
-        self._thread.join(timeout=2)

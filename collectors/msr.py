@@ -27,6 +27,7 @@ from phasewatch.core.registers import ALL_COLUMNS, REGISTERS
 from phasewatch.errors import MissingDevice, MissingPrivilege, UserError
 
 from .ioctl import IOC_READ, IOC_WRITE, ioc
+from .tick_loop import KIND_BINARY
 
 DEFAULT_PATH = "/dev/cpu/{cpu}/msr"
 MSR_SAFE_PATH = "/dev/cpu/{cpu}/msr_safe"
@@ -149,6 +150,32 @@ class MsrReader:
                 out[self._rows] = values
             return
         self._read_slowly(out)
+
+    def ops(self) -> list[tuple[int, int, int]] | None:
+        """(fd, kind, offset) of every live CPU's registers, CPU by CPU, for the
+        compiled tick loop; None where reads go through a substituted ``pread``."""
+        if self._pread is not os.pread:
+            return None
+        return [(fd, KIND_BINARY, address) for fd, address in self._ops]
+
+    def scatter(self, values: np.ndarray, errnos: np.ndarray, out: np.ndarray) -> None:
+        """The compiled loop's ``values`` and ``errnos`` (ticks, ops) of
+        :meth:`ops` into ``out`` (ticks, cpus, columns); a failed read is
+        MISSING and counted, and a CPU gone offline is dropped."""
+        ticks, shape = len(values), (len(values), len(self._rows), len(self.columns))
+        got = np.where(errnos != 0, MISSING, values).reshape(shape)
+        if len(self._rows) == len(self.cpus):
+            out[:] = got
+        else:
+            out[:] = MISSING
+            out[:, self._rows] = got
+        failed = errnos.reshape(shape)
+        if not failed.any():
+            return
+        offline = np.isin(failed, OFFLINE_ERRNOS).any(axis=(0, 2))
+        self.read_errors += int(((failed != 0) & ~np.isin(failed, OFFLINE_ERRNOS)).sum())
+        for row in self._rows[offline]:
+            self._lose(int(row))
 
     def _read_slowly(self, out: np.ndarray) -> None:
         """One register at a time, so that one failure costs one value."""

@@ -17,6 +17,8 @@ import numpy as np
 
 from phasewatch.core.batch import MISSING
 
+from .tick_loop import KIND_DECIMAL
+
 DEFAULT_ROOT = "/sys/class/powercap"
 
 
@@ -105,6 +107,16 @@ class EnergyReader:
                 self._values[i] = MISSING
                 self.read_errors += 1
         out[:, 0] = self._values[self._row_package]
+
+    def ops(self) -> list[tuple[int, int, int]]:
+        """(fd, kind, offset) of each package's counter, for the compiled tick loop."""
+        return [(fd, KIND_DECIMAL, 0) for fd in self._fds]
+
+    def scatter(self, values: np.ndarray, errnos: np.ndarray, out: np.ndarray) -> None:
+        """The compiled loop's ``values`` (ticks, packages) into ``out`` (ticks, cpus, 1)."""
+        failed = errnos != 0
+        self.read_errors += int(failed.sum())
+        out[:, :, 0] = np.where(failed, MISSING, values)[:, self._row_package]
 
     def stats(self) -> dict[str, int]:
         return {"errors": self.read_errors}

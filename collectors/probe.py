@@ -60,12 +60,39 @@ def probe(cpu: int = 0, msr_path: str = msr.DEFAULT_PATH, roots: Roots | None = 
         "perf_event_paranoid": pe.paranoid(roots.proc), "msr_path": msr_path,
         "base_frequency_implausible": bool(base_hz and base_hz / 1e6 > MAX_PLAUSIBLE_MHZ),
     }
-    offers = registry.survey(registry.Host(cpu, msr_path, roots.kmod, roots.powercap, roots.sys))
+    where = registry.Host(cpu, msr_path, roots.kmod, roots.powercap, roots.sys)
+    offers = registry.survey(where)
     taken, passed = registry.candidates(offers)
-    return {"host": host, "signals": [asdict(r) for r in rows],
+    rate = register_rate(where, offers["msr"])
+    for row in rows:
+        if rate and row.rate == SAMPLER_RATE:
+            row.rate = f"{rate['rate_hz']} Hz per CPU (sampler" + \
+                (f", lowered from {rate['requested_hz']} Hz to fit the CPU budget)"
+                 if rate["lowered"] else ")")
+    return {"host": host, "signals": [asdict(r) for r in rows], "register_rate": rate,
             "sources": [{**offer.as_dict(), "description": registry.REGISTRY[name].description}
                         for name, offer in offers.items()],
             "auto": taken[0] if taken else None}
+
+
+def register_rate(host: registry.Host, offer: registry.Offer) -> dict | None:
+    """The rate the register sampler would start at on every online CPU (else
+    on the CPU probed), as ``run --source msr`` and the daemon measure it
+    (None: no sampler here)."""
+    if not offer.available:
+        return None
+    for cpus in (None, [host.cpu]):     # every CPU, as the daemon; else the one probed
+        try:
+            sampler = registry.open_sampler(host, registry.Target(cpus=cpus))
+            break
+        except (OSError, UserError):
+            continue
+    else:
+        return None
+    try:
+        return sampler.metadata.get("register_rate")
+    finally:
+        sampler.close()
 
 
 # --- MSRs ----------------------------------------------------------------------

@@ -54,13 +54,18 @@ from typing import Callable
 from phasewatch.core import registers
 from phasewatch.errors import UserError
 
-from . import msr, perf_msr, powercap
+from . import budget, msr, perf_msr, powercap
 from .cpuinfo import online_cpus, package_of, read_cpuinfo
 
 CHOICES = ("auto", "kmod", "msr", "perf")
 #: Order in which ``auto`` tries the entries that can stand alone.
 AUTO_ORDER = ("kmod", "msr", "perf")
 IP_COLUMNS = ("t_ns", "cpu", "tid", "ip")
+#: How late a register reading may be and still be joined onto an IP sample
+#: (twice the register period where the rate is lowered below 100 Hz).
+MERGE_TOLERANCE_NS = 20_000_000
+#: Ticks the sampler runs before the run to measure their cost (a few to warm up first).
+WARM_TICKS, MEASURED_TICKS = 5, 50
 
 
 @dataclass
@@ -228,7 +233,8 @@ def open_msr(host: Host, target: Target):
         sampler.metadata.setdefault("not_taken", {})["perf"] = str(exc)
         return sampler
     registers = tuple(c for c in sampler.signals if c not in ("t_ns", "cpu"))
-    return MergedSource(ips, sampler, registers)
+    return MergedSource(ips, sampler, registers,
+                        tolerance_ns=max(MERGE_TOLERANCE_NS, 2 * sampler.period_ns))
 
 
 def open_sampler(host: Host, target: Target):
@@ -252,7 +258,25 @@ def open_sampler(host: Host, target: Target):
         not_taken["powercap"] = energy.reason
     sampler = Sampler(cpus, readers, rate_hz=target.rate_hz,
                       metadata={"cpu_model": model.key, "not_taken": not_taken})
+    fit_register_rate(sampler, target.rate_hz)
     return sampler
+
+
+def fit_register_rate(sampler, requested_hz: int) -> None:
+    """Measure what a tick costs here at ``requested_hz`` and start the sampler
+    at the highest rate that fits the budget (:mod:`.budget`); it goes on
+    measuring itself, and lowers the rate further where it has to."""
+    sampler.tick_cost(WARM_TICKS)        # page faults, cold caches: not counted
+    cost = sampler.tick_cost(MEASURED_TICKS)
+    rate = budget.fitting_rate(requested_hz, cost, len(sampler.cpus))
+    sampler.share = budget.REGISTER_SHARE
+    sampler.set_register_rate(budget.RegisterRate(requested_hz, rate, cost, len(sampler.cpus)))
+
+
+def register_rate_of(source) -> dict | None:
+    """The register sampler's rate, and why, in a source's metadata (None: no sampler)."""
+    parts = source.metadata.get("parts", [source.metadata])
+    return next((p["register_rate"] for p in parts if "register_rate" in p), None)
 
 
 # --- perf ----------------------------------------------------------------------

@@ -26,11 +26,11 @@ def prometheus_bin():
     return PROMETHEUS
 
 
-def start_prometheus(binary, tmp_path, target_port):
+def start_prometheus(binary, tmp_path, target_port, interval="1s"):
     port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        f"global:\n  scrape_interval: {interval}\n  scrape_timeout: {interval}\n"
         "scrape_configs:\n  - job_name: phasewatchd\n"
         f"    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n")
     proc = subprocess.Popen(

@@ -52,12 +52,18 @@ def test_each_cpu_gets_the_phases_its_own_replay_finds():
 def test_phases_beyond_the_cap_are_retired_and_counted():
     meta = synthetic.metadata(INTERVAL)
     targets = Targets(meta, params(meta, max_phases=2))
-    phases = targets.feed(example()).phase
+    intervals = targets.feed(example())
     state = targets.snapshot()[0]
     assert state.phases <= 2
     assert state.phases_retired >= 2                  # four phases, two kept at a time
     assert len(state.phase_intervals) <= 2
-    assert len(np.unique(phases)) >= 4                # a retired phase's id is never reused
+    # Ids are slots: a new phase takes a retired one's id, and says it is new.
+    assert set(intervals.phase.tolist()) == {0, 1}
+    assert intervals.new_phase.sum() == state.phases + state.phases_retired
+    # Each slot counts its current phase's intervals only: from its opening on.
+    last = intervals.phase[-1]
+    opened = np.flatnonzero(intervals.new_phase & (intervals.phase == last))[-1]
+    assert state.phase_intervals[int(last)] == (intervals.phase[opened:] == last).sum()
 
 
 def test_targets_that_end_leave_after_the_grace_period():

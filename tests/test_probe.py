@@ -9,7 +9,7 @@ import sys
 import pytest
 from test_collectors_msr import file_value, write_msrs
 
-from phasewatch.collectors import registry
+from phasewatch.collectors import budget, registry
 from phasewatch.collectors.probe import Roots, probe
 from phasewatch.core import kernels
 
@@ -43,6 +43,10 @@ def test_json_reads_back_voltage_and_counters_from_fake_msr_files(tmp_path):
     for name in ("mperf", "c3", "c6"):                    # share bytes with the next register
         assert got[name]["value"] == file_value(path, name), name
         assert got[name]["value"] & 0xFF == written[name] & 0xFF
+    # The sampler's rate, measured here and fitted to the CPU budget.
+    rate = json.loads(proc.stdout)["register_rate"]
+    assert rate["requested_hz"] == 1000 and rate["rate_hz"] in budget.RATES_HZ
+    assert got["voltage"]["rate"].startswith(f"{rate['rate_hz']} Hz per CPU (sampler")
 
 
 def test_voltage_of_a_second_value(tmp_path):
@@ -118,6 +122,8 @@ def test_plain_text_lists_every_signal():
     proc = run_probe()
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
+    if lines[-2].startswith("register sampler: registers at "):     # where the msr entry offers
+        del lines[-2]
     assert len(lines) == 1 + len(SIGNALS) + 1 + len(registry.REGISTRY) + 1
     assert lines[1 + len(SIGNALS)].startswith("sources (run --source auto takes ")
     assert lines.pop() == f"kernels: {kernels.status()}"

@@ -9,6 +9,7 @@ a wrapper that calls numba's own dispatcher (keeping each kernel's options:
 fastmath, error model, inlining), and numba.pycc compiles them all into
 ``phasewatch/core/_kernels_aot``, with a manifest naming each export and the
 sources and the x86-64 level it was built for (agent/core/kernels.py reads it).
+The register sampler's tick loop (collectors/tick_loop.c) is compiled too.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="folder for the module and its manifest (default: the package's)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
+    build_tick_loop(args.quiet)
     t0 = time.monotonic()
     kernels.record_calls()
     with tempfile.TemporaryDirectory(prefix="phasewatch-aot-") as tmp:
@@ -56,6 +58,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"phasewatch: {len(exports)} kernel entries compiled ahead of time into "
               f"{args.out / kernels.AOT_MODULE} in {time.monotonic() - t0:.0f} s")
     return 0
+
+
+def build_tick_loop(quiet: bool) -> None:
+    """The register sampler's compiled tick loop (phasewatch.collectors.tick_loop)."""
+    from ..collectors import tick_loop
+    try:
+        path = tick_loop.build()
+    except OSError as exc:
+        print(f"phasewatch: the register sampler's tick loop not compiled ({exc}); it will "
+              f"tick in Python, at a lower rate", file=sys.stderr)
+        return
+    if not quiet:
+        print(f"phasewatch: the register sampler's tick loop compiled into {path}")
 
 
 def workload(tmp: Path) -> None:

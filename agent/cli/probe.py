@@ -80,6 +80,8 @@ def source_lines(result: dict) -> list[str]:
             lines.append(f"  yes  {offer['name']:<9} {', '.join(offer['columns'])} ({offer['detail']})")
         else:
             lines.append(f"  no   {offer['name']:<9} {offer['reason']}")
+    if result.get("register_rate"):
+        lines.append(f"register sampler: {result['register_rate']['said']}")
     return lines + [f"kernels: {result['kernels']}"]
 
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..collectors import msr
 from ..collectors.cpuinfo import base_frequency_hz, read_cpuinfo
-from ..collectors.registry import CHOICES, open_source
+from ..collectors.registry import CHOICES, open_source, register_rate_of
 from ..console import warn
 from ..core.batch import ID_RANGES, RAW_DTYPES, SampleBatch
 from ..core.params import (HistogramParams, IntervalParams, Params, histogram_params_of,
@@ -70,11 +70,10 @@ SAMPLE_RATE_HZ = 1000
 #: perf's own default ceiling (kernel.perf_event_max_sample_rate).
 MAX_RATE_HZ = 100_000
 #: The agent wakes every this many samples per CPU ring (or every POLL_MS),
-#: about twice a second at 1 kHz.  Each wake-up has a fixed cost that
-#: dominates the agent's CPU time (1.2 % of a core at 64 samples, 0.45 % at 256,
-#: 0.3 % at 512: benchmarks/README.md); the price is that phases show up to half a
-#: second after their interval ends.
-WAKEUP_SAMPLES = 512
+#: about once a second at 1 kHz.  Each wake-up has a fixed cost that
+#: dominates the agent's CPU time (benchmarks/README.md); the price is that
+#: phases show up to a second after their interval ends.
+WAKEUP_SAMPLES = 1000
 POLL_MS = 1000
 #: How long CMD runs before the kernels load (they take a third of a second of CPU).
 WARM_UP_AFTER_S = 0.1
@@ -213,7 +212,6 @@ def watch(args, child: Child, source: Source, relay: TerminalRelay | None = None
             feed = SourceThread(source.batches()).start()
             pinning = PinWhileSingleThreaded(child.pid, child.cpu, allowed_cpus(), say).start()
             from ..formats.results import PhaseSummary, results_sink
-            from ..formats.trace import TraceWriter
             from ..live.loop import LiveRun
             from ..live.phase_functions import PhaseFunctions
             from ..live.process_maps import ProcessMappings
@@ -231,8 +229,7 @@ def watch(args, child: Child, source: Source, relay: TerminalRelay | None = None
             sinks += [results_sink(args.output, out.stream)] if out else []
             sinks += [profile] if profile else []
             sinks += [energy] if energy else []
-            trace = (TraceWriter(args.record, meta, signals, inputs=[args.program],
-                                 side_table=True) if args.record else None)
+            trace = open_trace(args, meta, signals) if args.record else None
             maps = ProcessMappings(child.pid, pipeline, record=trace, just_execd=True)
             status = StatusLine(os.path.basename(child.argv[0]), enabled=relay is not None)
             live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
@@ -271,6 +268,7 @@ def watch(args, child: Child, source: Source, relay: TerminalRelay | None = None
         "seconds": (child.ended_ns - child.started_ns) / 1e9,
         "detector": detector, "interval": interval.describe(), "signals": list(signals),
         "source": source.metadata["source"], "not_taken": source.metadata.get("not_taken", {}),
+        "register_rate": register_rate_of(source),
         "missing_signals": missing_signals(signals),
         "samples_lost": {"ring": source.stats()["lost_samples"], "queue": feed.dropped_samples},
         "trace": args.record if trace and not trace.failure else None,
@@ -327,6 +325,12 @@ def write_pprof(args, profile, symbolizer: Symbolizer, meta: dict, energy) -> No
     failure = write_profile(args.pprof, builder, inputs=[args.program])
     if failure:
         raise UserError(failure)
+
+
+def open_trace(args, meta: dict, signals):
+    """The trace writer and its side table (pyarrow, 25 MiB resident, is loaded only for it)."""
+    from ..formats.trace import TraceWriter
+    return TraceWriter(args.record, meta, signals, inputs=[args.program], side_table=True)
 
 
 def observe_figure(pipeline: Pipeline, symbolizer):
@@ -458,12 +462,12 @@ def energy_cells(summary: PhaseSummary, energy: dict) -> dict[str, list[str]]:
     return cells
 
 
-def source_line(source: str, not_taken: dict[str, str]) -> str:
-    """``source: perf; not taken: kmod, msr; not counted: cycles`` (the
-    reasons are in --json and in 'phasewatch probe')."""
+def source_line(source: str, not_taken: dict[str, str], register_rate: dict | None) -> str:
+    """``source: msr (registers at 250 Hz ...); not taken: kmod; not counted:
+    cycles`` (the reasons are in --json and in 'phasewatch probe')."""
     sources = [name for name in not_taken if name in CHOICES]
     counters = [name for name in not_taken if name not in CHOICES]
-    parts = [f"source: {source}"]
+    parts = [f"source: {source}" + (f" ({register_rate['said']})" if register_rate else "")]
     parts += [f"not taken: {', '.join(sources)}"] if sources else []
     parts += [f"not counted: {', '.join(counters)}"] if counters else []
     why = " (why: phasewatch probe)" if not_taken else ""
@@ -503,7 +507,8 @@ def report(args, run_info: dict, summary: PhaseSummary, pipeline: Pipeline,
               f"{pipeline.samples:,} samples, {summary.n_intervals} intervals "
               f"{pipeline.params.interval.describe()}, detector {run_info['detector']}, "
               f"threshold {pipeline.threshold:.3f}")
-    out.print(escape(source_line(run_info["source"], run_info["not_taken"])))
+    out.print(escape(source_line(run_info["source"], run_info["not_taken"],
+                                 run_info["register_rate"])))
     if run_info["missing_signals"]:
         out.print("missing on this host: " + ", ".join(run_info["missing_signals"]))
     out.print(phase_table(summary, extra_columns={

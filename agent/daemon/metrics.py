@@ -35,6 +35,8 @@ class DaemonCounts:
         self.dropped: Callable[[], int] = lambda: 0
         self.zmq_dropped: Callable[[], int] = lambda: 0
         self.lag_s: Callable[[], float] = lambda: 0.0
+        #: each register sampler's rate and why (collectors.budget.RegisterRate.as_dict)
+        self.register_rates: Callable[[], list[dict]] = lambda: []
 
 
 class PhasewatchCollector:
@@ -148,7 +150,25 @@ class PhasewatchCollector:
         lag.add_metric([], c.lag_s())
         build = InfoMetricFamily("phasewatch_build", "The daemon's version")
         build.add_metric([], {"version": __version__})
-        return samples, dropped, zmq_dropped, cpu, lag, build
+        return (samples, dropped, zmq_dropped, cpu, lag, build) + self._register_rate_metrics()
+
+    def _register_rate_metrics(self):
+        """The register sampler's rate: lowered where the requested one does
+        not fit the CPU budget (the lowest over the daemon's sources)."""
+        rates = self.counts.register_rates()
+        if not rates:
+            return ()
+        slowest = min(rates, key=lambda r: r["rate_hz"])
+        rate = GaugeMetricFamily("phasewatch_register_rate_hertz",
+                                 "Rate the MSR sampler reads registers at (IP sampling keeps its own)")
+        rate.add_metric([], slowest["rate_hz"])
+        requested = GaugeMetricFamily("phasewatch_register_rate_requested_hertz",
+                                      "Rate the configuration asked the MSR sampler for")
+        requested.add_metric([], slowest["requested_hz"])
+        share = GaugeMetricFamily("phasewatch_register_sampler_cpu_ratio",
+                                  "Share of a core per watched CPU the MSR sampler takes")
+        share.add_metric([], slowest["share_per_cpu"])
+        return rate, requested, share
 
 
 def _merge(total, buckets):

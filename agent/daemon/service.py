@@ -37,6 +37,7 @@ from ..live.host_signals import HostSignals
 from ..live.loop import LiveRun, SourceThread
 from ..replay.paced import PacedReplay
 from . import config as daemon_config
+from ..collectors.registry import register_rate_of
 from .metrics import DaemonCounts, PhasewatchCollector, registry_for, serve
 from .publish import Publisher, is_loopback_endpoint
 from .sdnotify import Notifier
@@ -275,6 +276,8 @@ class Daemon:
         self.counts.dropped = lambda: sum(w.dropped for w in self.workers)
         self.counts.zmq_dropped = lambda: self.publisher.dropped if self.publisher else 0
         self.counts.lag_s = lambda: max((w.lag_s for w in self.workers), default=0.0)
+        self.counts.register_rates = lambda: [r for r in (register_rate_of(w.source)
+                                                          for w in self.workers) if r]
         collector = PhasewatchCollector(
             targets=lambda: [w.targets for w in self.workers],
             host=lambda: [w.host for w in self.workers if w.host is not None],

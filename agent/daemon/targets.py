@@ -10,14 +10,17 @@ each target keeps the few counters the metrics and the publisher report.
 :class:`~phasewatch.live.loop.LiveRun` uses (``feed``, ``finish``, ``count``,
 ``n_phases``), so the daemon runs on the same live loop as ``run``.
 
-Memory stays bounded: each target keeps at most ``max_phases`` phases.  The
-classifier caps its phases itself (``DetectorParams.max_phases``: it retires
-the least recently used), and the daemon counts what it retired.  New
-detector settings (a reload) start each target's classifier afresh: its
-phases are retired, counted in ``phases_retired``, and phase ids go on from
-where they were, so a new phase is never confused with a retired one.
-Per-phase interval counts are kept for live phases only.  A
-target that has sent no samples for ``grace_s`` seconds is forgotten.
+Memory and the metrics' series stay bounded: each target keeps at most
+``max_phases`` phases.  The classifier caps its phases itself
+(``DetectorParams.max_phases``: it retires the least recently used), and the
+daemon counts what it retired.  The daemon's phase ids are the classifier's
+slots, 0 to ``max_phases`` - 1: a new phase that takes a retired phase's slot
+takes its id too (its interval says ``new_phase``, and its count of
+intervals starts again), so the ``phase`` label of the metrics has at most
+``max_phases`` values per target however long the daemon runs.  New detector
+settings (a reload) start each target's classifier afresh: its phases are
+retired and counted in ``phases_retired``.  A target that has sent no samples
+for ``grace_s`` seconds is forgotten.
 """
 
 from __future__ import annotations
@@ -42,6 +45,30 @@ def live_phases(pipeline: Pipeline) -> int:
     return int(pipeline.classifier.count[0])
 
 
+def slots_of(classifier, phase_ids: np.ndarray) -> np.ndarray:
+    """The classifier's slot of each phase id.  A phase retired within the
+    same batch has lost its slot already: its id modulo ``max_phases`` stands
+    in (still within the bound)."""
+    live = classifier.ids[:int(classifier.count[0])]
+    order = np.argsort(live)
+    at = np.searchsorted(live[order], phase_ids).clip(0, max(len(live) - 1, 0))
+    found = (live[order][at] == phase_ids) if len(live) else np.zeros(len(phase_ids), bool)
+    return np.where(found, order[at] if len(live) else 0,
+                    phase_ids % classifier.params.max_phases).astype(np.int64)
+
+
+def add_phase_counts(counts: dict[int, int], phase: np.ndarray, new_phase: np.ndarray) -> None:
+    """Add the intervals of each phase id to ``counts``; an id whose phase
+    opened in these intervals (a slot taken again) counts from its opening."""
+    opened = {int(phase[i]): i for i in np.flatnonzero(new_phase).tolist()}
+    for p, n in zip(*np.unique(phase, return_counts=True)):
+        p = int(p)
+        if p in opened:
+            counts[p] = int((phase[opened[p]:] == p).sum())
+        else:
+            counts[p] = counts.get(p, 0) + int(n)
+
+
 def cpu_target(cpu: int) -> str:
     return f"cpu{cpu}"
 
@@ -58,8 +85,7 @@ class TargetState:
 
     name: str
     pipeline: Pipeline
-    phase_base: int = 0             # ids of earlier classifier generations
-    phase: int = -1                 # current phase id, -1 before the first interval
+    phase: int = -1                 # current phase id (slot), -1 before the first interval
     intervals: int = 0
     phase_changes: int = 0
     phases_retired: int = 0
@@ -145,7 +171,7 @@ class Targets:
         intervals = state.pipeline.feed(batch)
         if len(intervals) == 0:
             return intervals
-        intervals.phase += state.phase_base
+        intervals.phase = slots_of(state.pipeline.classifier, intervals.phase)
         self._count(state, intervals)
         self._count_retired(state)
         return intervals
@@ -153,27 +179,22 @@ class Targets:
     def _count(self, state: TargetState, iv: Intervals) -> None:
         previous = np.concatenate([[state.phase], iv.phase[:-1]])
         changed = iv.phase != previous
-        ids, counts = np.unique(iv.phase, return_counts=True)
         with self.lock:
             state.intervals += len(iv)
             state.phase_changes += int(changed[previous >= 0].sum()) if len(iv) else 0
-            for p, c in zip(ids.tolist(), counts.tolist()):
-                state.phase_intervals[p] = state.phase_intervals.get(p, 0) + c
+            add_phase_counts(state.phase_intervals, iv.phase, iv.new_phase)
             state.phase = int(iv.phase[-1])
             self.count += len(iv)
         for listener in self.listeners:
             listener(state.name, iv, np.flatnonzero(changed), previous)
 
     def _count_retired(self, state: TargetState) -> None:
-        """The phases the classifier retired itself, and their counts dropped."""
-        c = state.pipeline.classifier
-        retired = state.retired_base + int(c.retired)
-        if retired == state.phases_retired:
-            return
-        live = set((c.ids[:int(c.count[0])] + state.phase_base).tolist())
-        with self.lock:
-            state.phases_retired = retired
-            state.phase_intervals = {p: n for p, n in state.phase_intervals.items() if p in live}
+        """The phases the classifier retired itself (their slots' counts
+        started again when a new phase took them)."""
+        retired = state.retired_base + int(state.pipeline.classifier.retired)
+        if retired != state.phases_retired:
+            with self.lock:
+                state.phases_retired = retired
 
     def _retire(self, state: TargetState) -> None:
         """Start the target's classifier afresh: its phases are retired."""
@@ -184,11 +205,10 @@ class Targets:
         fresh.decoder, fresh.accumulator, fresh.count = old.decoder, old.accumulator, old.count
         fresh.samples, fresh.text_range = old.samples, old.text_range
         with self.lock:
-            state.phase_base += old.n_phases
             state.phases_retired += kept
             state.retired_base = state.phases_retired
-            state.phase_intervals = {p: n for p, n in state.phase_intervals.items()
-                                     if p == state.phase}
+            state.phase_intervals = {}
+            state.phase = -1
             state.pipeline = fresh
 
     # --- housekeeping --------------------------------------------------------

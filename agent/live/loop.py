@@ -99,7 +99,7 @@ class LiveRun:
         self.phase: int | None = None
         self.stopped = False
 
-    def run(self, poll_s: float = 0.5) -> None:
+    def run(self, poll_s: float = 1.0) -> None:
         next_tick = time.monotonic() + 1.0
         while not self.stopped:
             try:

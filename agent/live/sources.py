@@ -22,8 +22,8 @@ from ..formats import metadata as md
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 #: The sources wake the daemon every this many samples per CPU ring, or every
-#: POLL_MS at the latest: about twice a second at 1 kHz, as for ``run``.
-WAKEUP_SAMPLES = 512
+#: POLL_MS at the latest: about once a second at 1 kHz, as for ``run``.
+WAKEUP_SAMPLES = 1000
 POLL_MS = 1000
 
 

@@ -1,0 +1,114 @@
+"""The register sampler's compiled tick loop and the CPU budget, over fake MSR
+files and a fake powercap tree."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+from test_collectors_msr import template, write_msrs
+
+from phasewatch.collectors import budget, msr, powercap, registry, tick_loop
+from phasewatch.collectors.sampler import Sampler
+from phasewatch.core.batch import MISSING, concat
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    if tick_loop.load() is None:
+        if shutil.which("cc") is None and shutil.which("gcc") is None:
+            pytest.skip("no C compiler to build the tick loop")
+        tick_loop.build()
+    return tick_loop.load()
+
+
+def sample(sampler) -> "object":
+    with sampler:
+        return concat(list(sampler.batches()))
+
+
+def test_compiled_ticks_read_what_the_python_loop_reads(tmp_path, library):
+    for cpu in (0, 1):
+        write_msrs(tmp_path / f"cpu{cpu}" / "msr", {"tsc": 1000 + cpu, "aperf": 7 * (cpu + 1),
+                                                    "perf_status": (8192 << 32) | cpu})
+    columns = ("perf_status", "aperf", "tsc")
+    batches = {}
+    for compiled in (True, False):
+        sampler = Sampler([0, 1], [msr.MsrReader([0, 1], columns, template(tmp_path))],
+                          max_ticks=150, batch_ticks=64, compiled=compiled)
+        batches[compiled] = sample(sampler)
+        assert (sampler._loop is not None) == compiled
+        assert sampler.stats()["ticks"] == 150
+    fast, slow = batches[True], batches[False]
+    assert len(fast) == len(slow) == 300
+    for name in ("cpu",) + columns:
+        assert fast[name].tolist() == slow[name].tolist(), name
+    assert fast["tsc"].tolist() == [1000, 1001] * 150
+    gaps = np.diff(fast["t_ns"][::2])
+    assert np.median(gaps) == pytest.approx(1_000_000, rel=0.2)     # 1 kHz deadlines
+
+
+def test_compiled_ticks_read_decimal_counters_and_count_what_fails(tmp_path, library):
+    write_msrs(tmp_path / "cpu0" / "msr", {"tsc": 5})
+    zone = tmp_path / "powercap" / "intel-rapl:0"
+    zone.mkdir(parents=True)
+    (zone / "name").write_text("package-0\n")
+    (zone / "max_energy_range_uj").write_text("262143328850\n")
+    (zone / "energy_uj").write_text("123456789\n")
+    energy = powercap.EnergyReader([0], str(tmp_path / "powercap"))
+    registers = msr.MsrReader([0], ("tsc", "c7"), template(tmp_path))
+    os.truncate(tmp_path / "cpu0" / "msr", 0x3FE)     # c7 (0x3FE) now reads short
+    sampler = Sampler([0], [registers, energy], max_ticks=20, batch_ticks=8)
+    batch = sample(sampler)
+    assert sampler._loop is not None
+    assert batch["energy_pkg_uj"].tolist() == [123456789] * 20
+    assert batch["tsc"].tolist() == [5] * 20
+    assert batch["c7"].tolist() == [int(MISSING)] * 20
+    assert sampler.stats()["errors"] == 20 and sampler.lost_cpus == []
+
+
+def test_a_library_older_than_its_source_is_not_loaded(tmp_path, library):
+    stale = tick_loop.build(tmp_path / "_tick_loop.so")
+    assert tick_loop.load(stale) is not None
+    old = os.stat(tick_loop.SOURCE).st_mtime - 60
+    os.utime(stale, (old, old))
+    assert tick_loop.load(stale) is None
+
+
+def test_the_rate_fits_the_register_share_of_the_budget():
+    # 30 µs a tick for one CPU: 1 kHz takes 3 %, 50 Hz 0.15 % (within 0.2 %).
+    assert budget.fitting_rate(1000, 30e-6, 1) == 50
+    # The same tick over 64 CPUs costs 64 times less per CPU: 1 kHz fits.
+    assert budget.fitting_rate(1000, 30e-6, 64) == 1000
+    # Nothing fits: the lowest rate, never above what was asked for.
+    assert budget.fitting_rate(1000, 1.0, 1) == budget.RATES_HZ[-1]
+    assert budget.fitting_rate(5, 1.0, 1) == 5
+
+
+def test_a_rate_over_budget_while_running_goes_down_a_step_or_more():
+    assert budget.lower_rate(50, 0.0021) == 25          # just over: one step
+    assert budget.lower_rate(100, 0.008) == 25          # four times over: 100 -> 25
+    assert budget.lower_rate(10, 0.01) == 10            # the bottom of the ladder
+
+
+def test_the_sampler_measures_its_ticks_and_says_why_it_lowered_the_rate(tmp_path, library):
+    for cpu in (0, 1):
+        write_msrs(tmp_path / f"cpu{cpu}" / "msr", {"tsc": 1})
+    host = registry.Host(msr_path=template(tmp_path))
+    sampler = registry.open_sampler(host, registry.Target(cpus=[0, 1]))
+    try:
+        chosen = sampler.metadata["register_rate"]
+        assert chosen["requested_hz"] == 1000 and chosen["cpus"] == 2
+        assert chosen["requested_tick_cost_us"] > 0
+        # The rate fits the measured cost, and the sampler ticks at it.
+        assert chosen["rate_hz"] == budget.fitting_rate(
+            1000, chosen["requested_tick_cost_us"] / 1e6, 2)
+        assert sampler.metadata["sample_rate_hz"] == chosen["rate_hz"]
+        assert sampler.period_ns == 1_000_000_000 // chosen["rate_hz"]
+        assert chosen["lowered"] == (chosen["rate_hz"] < 1000)
+        if chosen["lowered"]:
+            assert "lowered from 1000 Hz" in chosen["said"]
+    finally:
+        sampler.close()
