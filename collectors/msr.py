@@ -162,7 +162,7 @@ class MsrReader:
         """The compiled loop's ``values`` and ``errnos`` (ticks, ops) of
         :meth:`ops` into ``out`` (ticks, cpus, columns); a failed read is
         MISSING and counted, and a CPU gone offline is dropped."""
-        ticks, shape = len(values), (len(values), len(self._rows), len(self.columns))
+        shape = (len(values), len(self._rows), len(self.columns))
         got = np.where(errnos != 0, MISSING, values).reshape(shape)
         if len(self._rows) == len(self.cpus):
             out[:] = got
