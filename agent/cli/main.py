@@ -81,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     except (MemoryError, ImportError) as exc:
         print(one_line(f"{command}: {_load_failure(exc)}"), file=sys.stderr)
         return 2
+    except RuntimeError as exc:
+        if "can't start new thread" not in str(exc):
+            raise
+        print(one_line(f"{command}: out of memory (cannot start a thread): raise the memory "
+                       f"limit (ulimit -v)"), file=sys.stderr)
+        return 2
     except BrokenPipeError:         # the reader went away, as with `| head`
         _silence_stdout()
         return 0

@@ -217,6 +217,7 @@ def watch(args, child: Child, source: Source, relay: TerminalRelay | None = None
             from ..live.process_maps import ProcessMappings
             from ..live.status import StatusLine
             from ..live.symbols import Symbolizer, TreeSymbolizer
+            from ..live.tree_watch import TreeWatch
             sinks.append(PhaseSummary())
             profile = phase_profile(args, source)
             symbolizer = Symbolizer.from_pid(child.pid)
@@ -224,6 +225,7 @@ def watch(args, child: Child, source: Source, relay: TerminalRelay | None = None
             pipeline = pipeline_for(meta, args, detector)
             meta["detection"] = detection_dict(pipeline.params.detector)
             tree = TreeSymbolizer(symbolizer)
+            tree_watch = TreeWatch(tree).start()
             functions = PhaseFunctions(tree)
             figure, entries = observe_figure(pipeline, tree) if args.report else (None, None)
             sinks += [results_sink(args.output, out.stream)] if out else []
@@ -248,6 +250,7 @@ def watch(args, child: Child, source: Source, relay: TerminalRelay | None = None
                 if relay:
                     relay.stop()
             pinning.stop()
+            tree_watch.stop()
             live.finish()
             for sink in sinks:
                 sink.close()

@@ -23,6 +23,7 @@ address in a mapped file but in no known function, ``[unknown]`` otherwise.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -442,6 +443,15 @@ def runtime_text_range(pid: int) -> tuple[int, int]:
 # ----------------------------------------------------------------------------
 # a process tree
 
+def _locked(method):
+    """``method`` under the tree's lock: the tree watch learns on its own thread."""
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    locked.__doc__ = method.__doc__
+    return locked
+
+
 #: Threads looked at per batch, at most (their maps are read only when their
 #: IPs fall outside what is known of their process).
 MAX_NEW_THREADS = 16
@@ -453,17 +463,41 @@ class TreeSymbolizer:
     'bzip2 …; perl …'``, a compiler driver's ``cc1``) is named from its own
     objects, not its parent's.  ``watch`` reads the maps of the threads of a
     batch whose IPs are new to their process while they still run;
-    ``snapshot`` (every second) re-reads the maps of every live process of the tree."""
+    ``snapshot`` (every second) re-reads the maps of every live process of the
+    tree; ``learn_tree`` (:mod:`.tree_watch`, ten times a second) reads those
+    of each process as it starts or execs."""
 
     def __init__(self, root: Symbolizer):
         self.root = root
         self._by_pid: dict[int, Symbolizer] = {root.pid: root}
         self._pid_of: dict[int, int] = {root.pid: root.pid}
+        self._exe_of: dict[int, str] = {}
+        # learn_tree runs on a thread of its own (live.tree_watch)
+        self._lock = threading.RLock()
+
+    def learn_tree(self) -> None:
+        """Note every thread of the tree and read the maps of each process
+        new or exec'd since the last look: a child that ends before its
+        samples reach the agent is still named from its own objects."""
+        if self.root.pid is None:
+            return
+        for pid in descendants(self.root.pid):
+            try:
+                exe, tids = os.readlink(f"/proc/{pid}/exe"), os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            with self._lock:
+                for tid in tids:
+                    self._pid_of.setdefault(int(tid), pid)
+                if self._exe_of.get(pid) != exe:
+                    self._exe_of[pid] = exe
+                    self._of_process(pid).snapshot()
 
     @property
     def pid(self) -> int | None:
         return self.root.pid
 
+    @_locked
     def watch(self, ips: np.ndarray, tids: np.ndarray) -> None:
         """Learn the mappings that a batch's IPs need, while their processes live."""
         user = np.asarray(ips, np.uint64) < np.uint64(KERNEL_START)
@@ -473,12 +507,14 @@ class TreeSymbolizer:
             if not symbolizer.covers(ips[mine]).all():
                 symbolizer.snapshot()
 
+    @_locked
     def snapshot(self) -> bool:
         changed = False
         for pid in descendants(self.root.pid) if self.root.pid is not None else ():
             changed |= self._of_process(pid).snapshot()
         return changed
 
+    @_locked
     def of_thread(self, tid: int) -> Symbolizer:
         """The symbolizer of the process ``tid`` belongs to (the root's if it has gone)."""
         pid = self._pid_of.get(tid)
@@ -494,6 +530,7 @@ class TreeSymbolizer:
             self._by_pid[pid] = Symbolizer.from_pid(pid)
         return self._by_pid[pid]
 
+    @_locked
     def names(self, ips, tids=None, offsets: bool = True) -> np.ndarray:
         """Function names of ``ips``, each resolved in the process of its thread."""
         ips = np.asarray(ips, np.uint64)
