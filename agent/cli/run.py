@@ -210,7 +210,7 @@ def watch(args, child: Child, source: Source, relay: TerminalRelay | None = None
             if relay:
                 relay.start()
             feed = SourceThread(source.batches()).start()
-            pinning = PinWhileSingleThreaded(child.pid, child.cpu, allowed_cpus(), say).start()
+            pinning = PinWhileSingleThreaded(child.pid, child.cpu, allowed_cpus(), say)
             from ..formats.results import PhaseSummary, results_sink
             from ..live.loop import LiveRun
             from ..live.phase_functions import PhaseFunctions
@@ -225,7 +225,7 @@ def watch(args, child: Child, source: Source, relay: TerminalRelay | None = None
             pipeline = pipeline_for(meta, args, detector)
             meta["detection"] = detection_dict(pipeline.params.detector)
             tree = TreeSymbolizer(symbolizer)
-            tree_watch = TreeWatch(tree).start()
+            tree_watch = TreeWatch(tree, also=[pinning.look]).start()
             functions = PhaseFunctions(tree)
             figure, entries = observe_figure(pipeline, tree) if args.report else (None, None)
             sinks += [results_sink(args.output, out.stream)] if out else []
@@ -249,7 +249,6 @@ def watch(args, child: Child, source: Source, relay: TerminalRelay | None = None
                 exit_status = child.wait()
                 if relay:
                     relay.stop()
-            pinning.stop()
             tree_watch.stop()
             live.finish()
             for sink in sinks:

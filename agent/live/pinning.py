@@ -4,7 +4,7 @@
 A command that runs two threads (or processes) at once would then share that
 CPU among them and take up to twice as long.  So CMD stays pinned only while
 it runs one thread at a time: once two threads of CMD's tree are runnable at
-once (polled every :data:`POLL_S` from the start), or a batch of samples holds
+once (looked at by the tree watch, :mod:`.tree_watch`), or a batch of samples holds
 two threads, the affinity of every thread of the tree is widened to all the
 CPUs the agent may use; threads seen later get the same (one they start
 inherits it).
@@ -21,7 +21,6 @@ import numpy as np
 from ..core.batch import SampleBatch
 from .symbols import descendants
 
-POLL_S = 0.1
 
 
 class PinWhileSingleThreaded:
@@ -35,23 +34,16 @@ class PinWhileSingleThreaded:
         self.released = cpu is None or len(self.cpus) < 2
         self._widened: set[int] = set()
         self._lock = threading.Lock()
-        self._ended = threading.Event()
 
-    def start(self) -> "PinWhileSingleThreaded":
-        """Watch CMD's tree for two runnable threads, until :meth:`stop`."""
-        if not self.released:
-            threading.Thread(target=self._poll, name="phasewatch-pinning", daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        self._ended.set()
-
-    def _poll(self) -> None:
-        while not self.released and not self._ended.wait(POLL_S):
-            runnable = sum(_state(pid, tid) == "R" for pid in descendants(self.pid)
-                           for tid in _tasks(pid))
-            if runnable > 1:
-                self.release(runnable)
+    def look(self) -> None:
+        """Release CMD's tree if two of its threads are runnable now (called
+        on the tree watch's thread, :mod:`.tree_watch`)."""
+        if self.released:
+            return
+        runnable = sum(_state(pid, tid) == "R" for pid in descendants(self.pid)
+                       for tid in _tasks(pid))
+        if runnable > 1:
+            self.release(runnable)
 
     def __call__(self, batch: SampleBatch) -> None:
         if "tid" not in batch or len(batch) == 0:

@@ -464,7 +464,7 @@ class TreeSymbolizer:
     objects, not its parent's.  ``watch`` reads the maps of the threads of a
     batch whose IPs are new to their process while they still run;
     ``snapshot`` (every second) re-reads the maps of every live process of the
-    tree; ``learn_tree`` (:mod:`.tree_watch`, ten times a second) reads those
+    tree; ``learn_tree`` (:mod:`.tree_watch`, twice a second) reads those
     of each process as it starts or execs."""
 
     def __init__(self, root: Symbolizer):
