@@ -97,10 +97,12 @@ def fake_msrs(tmp_path):
 def test_run_source_msr_samples_voltage_and_pfreq_and_finds_the_two_halves(fake_msrs, tmp_path):
     template, flag = fake_msrs
     out, trace = tmp_path / "phases.jsonl", tmp_path / "run.arrow"
-    # Wall-clock intervals: as many however much CPU a loaded host leaves the program.
+    # Wall-clock intervals: as many however much CPU a loaded host leaves the
+    # program; 300 ms, so that each holds several register readings at the
+    # 10-25 Hz the register sampler's budget allows on a virtual machine.
     proc = subprocess.run([str(BIN), "run", "--source", "msr", "--msr-path", template,
-                           "--interval-ms", "100", "--json", str(tmp_path / "s.json"), "--output", str(out), "--record", str(trace), "--",
-                           sys.executable, "-c", WORKLOAD, str(flag), "2.0"],
+                           "--interval-ms", "300", "--json", str(tmp_path / "s.json"), "--output", str(out), "--record", str(trace), "--",
+                           sys.executable, "-c", WORKLOAD, str(flag), "4.0"],
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "s.json").read_text())
