@@ -1,9 +1,9 @@
 """The agent's CPU budget, and the register rate that fits in it.
 
 The agent may take at most :data:`CPU_SHARE` of a core per watched CPU
-(0.5 %), everything included.  IP sampling, the pipeline and the watch of
-the command's process tree take about 0.4 % at 1 kHz on the project's VM
-(benchmarks/bench_run.py); the register sampler gets :data:`REGISTER_SHARE`.  A sampler tick costs a wake-up plus one read per
+(0.5 %), everything included.  IP sampling and the pipeline take about half
+of that (benchmarks/bench_run.py); the register sampler gets
+:data:`REGISTER_SHARE`.  A sampler tick costs a wake-up plus one read per
 register per CPU (an inter-processor interrupt each, for another CPU's MSR),
 so with many CPUs, or on a virtual machine where the timer itself is costly,
 1 kHz does not fit: the rate is lowered to the highest of :data:`RATES_HZ`
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CPU_SHARE = 0.005
-REGISTER_SHARE = 0.001
+REGISTER_SHARE = 0.002
 #: Register rates to choose from, highest first: divisors of 1 kHz, so that a
 #: lowered rate still ticks on whole milliseconds.
 RATES_HZ = (1000, 500, 250, 200, 100, 50, 25, 20, 10)

@@ -79,21 +79,18 @@ def test_a_library_older_than_its_source_is_not_loaded(tmp_path, library):
 
 def test_the_rate_fits_the_register_share_of_the_budget():
     # 30 µs a tick for one CPU: 1 kHz takes 3 %, 50 Hz 0.15 % (within 0.2 %).
-    assert budget.fitting_rate(1000, 30e-6, 1, share=0.002) == 50
-    # Within the register share (0.1 %): 25 Hz, 0.075 %.
-    assert budget.REGISTER_SHARE == 0.001 and budget.fitting_rate(1000, 30e-6, 1) == 25
-    # The same tick over 64 CPUs costs 64 times less per CPU: 1 kHz fits 0.2 %.
-    assert budget.fitting_rate(1000, 30e-6, 64, share=0.002) == 1000
+    assert budget.fitting_rate(1000, 30e-6, 1) == 50
+    # The same tick over 64 CPUs costs 64 times less per CPU: 1 kHz fits.
+    assert budget.fitting_rate(1000, 30e-6, 64) == 1000
     # Nothing fits: the lowest rate, never above what was asked for.
     assert budget.fitting_rate(1000, 1.0, 1) == budget.RATES_HZ[-1]
     assert budget.fitting_rate(5, 1.0, 1) == 5
 
 
 def test_a_rate_over_budget_while_running_goes_down_a_step_or_more():
-    assert budget.lower_rate(50, 0.0021, share=0.002) == 25     # just over: one step
-    assert budget.lower_rate(100, 0.008, share=0.002) == 25     # four times over: 100 -> 25
-    assert budget.lower_rate(50, 0.0011) == 25                  # over REGISTER_SHARE
-    assert budget.lower_rate(10, 0.01) == 10                    # the bottom of the ladder
+    assert budget.lower_rate(50, 0.0021) == 25          # just over: one step
+    assert budget.lower_rate(100, 0.008) == 25          # four times over: 100 -> 25
+    assert budget.lower_rate(10, 0.01) == 10            # the bottom of the ladder
 
 
 def test_the_sampler_measures_its_ticks_and_says_why_it_lowered_the_rate(tmp_path, library):
