@@ -84,5 +84,6 @@ def test_a_live_run_labels_code_rows_with_its_functions(abab, tmp_path):
     text = (out / "index.html").read_text()
     assert re.search(r'"region_a[^"]* \(#\d+\)"', text), "no code row named region_a"
     assert re.search(r'"region_b[^"]* \(#\d+\)"', text), "no code row named region_b"
+    assert not re.search(r'"entry \d+"', text), "a code row (region or line) left unnamed"
     assert (out / "index.html").stat().st_size <= 1_000_000
     assert json.dumps("plotly.min.js")[1:-1] in text

@@ -27,10 +27,19 @@ class CodeEntries:
         if "ip" not in batch or len(batch) == 0 or hist.ip_signature == "fold":
             return
         ips = np.ascontiguousarray(batch["ip"])
-        entries = np.empty(len(ips), np.int32)
-        self.pipeline.code_map.bins(ips, np.ascontiguousarray(batch["t_ns"]),
-                                    hist.code_region_bits, hist.code_bins, entries)
         tids = batch["tid"] if "tid" in batch else np.zeros(len(ips), np.int64)
+        for block, bits in enumerate((hist.code_region_bits, hist.code_line_bits)):
+            self._count(self._entries(batch, ips, bits, block), ips, tids)
+
+    def _entries(self, batch: SampleBatch, ips: np.ndarray, bits: int, block: int) -> np.ndarray:
+        """Each IP's entry in the signature's ``block`` (regions, then lines)."""
+        hist = self.pipeline.params.histograms
+        entries = np.empty(len(ips), np.int32)
+        self.pipeline.code_map.bins(ips, np.ascontiguousarray(batch["t_ns"]), bits,
+                                    hist.code_bins, entries)
+        return np.where(entries >= 0, entries + block * hist.code_bins, -1)
+
+    def _count(self, entries: np.ndarray, ips: np.ndarray, tids) -> None:
         keys = np.stack([entries.astype(np.int64), ips.astype(np.int64),
                          np.asarray(tids, np.int64)], axis=1)
         rows, counts = np.unique(keys, axis=0, return_counts=True)
