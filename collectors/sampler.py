@@ -27,8 +27,10 @@ measures it, and :mod:`.budget` lowers the rate where 1 kHz does not fit.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import queue
+import statistics
 import threading
 import time
 from typing import Iterator, Sequence
@@ -46,6 +48,10 @@ END = "end"
 #: and checks its own CPU time every ADAPT_WINDOW_S.
 BATCHES_PER_S = 1
 ADAPT_WINDOW_S = 1.0
+#: The rest of the agent's CPU time is taken as the median of this many
+#: windows (start-up and the odd window with two batches left out), and only
+#: once that many have passed.
+REST_WINDOWS = 3
 
 
 def batch_ticks_at(rate_hz: int) -> int:
@@ -123,7 +129,8 @@ class Sampler:
         self.rate_hz = rate_hz
         self.share = share
         self.register_rate: budget.RegisterRate | None = None
-        self._window: tuple[float, float, int] | None = None
+        self._window: tuple[float, float, float, int] | None = None
+        self._rest: collections.deque = collections.deque(maxlen=REST_WINDOWS)
         self.missed_ticks = 0
         self.dropped_batches = 0
         self.max_late_ns = 0
@@ -260,30 +267,50 @@ class Sampler:
         self._next_k = 0
 
     def _adapt(self) -> None:
-        """Every ADAPT_WINDOW_S, the sampler thread's own CPU time per CPU; a
-        rate lower by a step or more where it is over ``share``."""
+        """Every ADAPT_WINDOW_S: the sampler thread's own CPU time per CPU,
+        and the rest of the agent's; a lower rate where the sampler takes
+        more than what the budget leaves it, a step higher where the rest has
+        left room again (after start-up, say)."""
         if self.share is None:
             return
-        now, cpu = time.monotonic(), time.thread_time()
+        now, own, process = time.monotonic(), time.thread_time(), time.process_time()
         if self._window is None:
-            self._window = (now, cpu, self.ticks)
+            self._window = (now, own, process, self.ticks)
             return
-        wall, used, ticks = now - self._window[0], cpu - self._window[1], \
-            self.ticks - self._window[2]
+        wall = now - self._window[0]
         if wall < ADAPT_WINDOW_S:
             return
-        self._window = (now, cpu, self.ticks)
-        share = used / wall / len(self.cpus)
+        used, everything = own - self._window[1], process - self._window[2]
+        ticks = self.ticks - self._window[3]
+        self._window = (now, own, process, self.ticks)
+        cpus = len(self.cpus)
+        share = used / wall / cpus
+        self._rest.append(max(0.0, everything - used) / wall / cpus)
         if self.register_rate is not None:
             self.register_rate.tick_cost_s = used / max(ticks, 1)
-        if share > self.share:
-            lower = budget.lower_rate(self.rate_hz, share, self.share)
-            if lower < self.rate_hz:
-                self.set_rate(lower, batch_ticks=batch_ticks_at(lower))
-                if self.register_rate is not None:
-                    self.register_rate.rate_hz = lower
-                    self.register_rate.tick_cost_s = 0.0
+        allowed = self._allowed_share()
+        if self.register_rate is not None:
+            self.register_rate.allowed_share = allowed
+        rate = budget.lower_rate(self.rate_hz, share, allowed) if share > allowed else \
+            budget.higher_rate(self.rate_hz, self._requested_hz(), share, allowed)
+        if rate != self.rate_hz:
+            self._change_rate(rate)
         self._describe_rate()
+
+    def _allowed_share(self) -> float:
+        """``share``, or less once the rest of the agent is known to leave less."""
+        if len(self._rest) < REST_WINDOWS:
+            return self.share
+        return budget.register_share(statistics.median(self._rest), self.share)
+
+    def _requested_hz(self) -> int:
+        return self.register_rate.requested_hz if self.register_rate is not None else self.rate_hz
+
+    def _change_rate(self, rate_hz: int) -> None:
+        self.set_rate(rate_hz, batch_ticks=batch_ticks_at(rate_hz))
+        if self.register_rate is not None:
+            self.register_rate.rate_hz = rate_hz
+            self.register_rate.tick_cost_s = 0.0
 
     def set_register_rate(self, chosen: budget.RegisterRate) -> None:
         """Start at ``chosen``'s rate; the metadata says why."""

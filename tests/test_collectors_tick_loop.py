@@ -112,3 +112,59 @@ def test_the_sampler_measures_its_ticks_and_says_why_it_lowered_the_rate(tmp_pat
             assert "lowered from 1000 Hz" in chosen["said"]
     finally:
         sampler.close()
+
+
+def test_what_the_rest_of_the_agent_takes_is_not_left_to_the_registers():
+    # The budget is 0.5 % with a tenth kept in hand: 0.45 % in all.
+    assert budget.register_share(0.0) == budget.REGISTER_SHARE
+    assert budget.register_share(0.0035) == pytest.approx(0.001)
+    assert budget.register_share(0.006) == 0.0
+    # A step up only where the ticks would still take at most 0.8 of the share.
+    assert budget.higher_rate(10, 1000, 0.0005, 0.002) == 20        # 0.1 % at 20 Hz
+    assert budget.higher_rate(20, 1000, 0.0014, 0.002) == 20        # 0.175 % at 25 Hz: no
+    assert budget.higher_rate(20, 1000, 0.0010, 0.002) == 25        # 0.125 % at 25 Hz
+    assert budget.higher_rate(500, 500, 0.0001, 0.002) == 500       # never past the request
+    assert budget.higher_rate(10, 1000, 0.0, 0.002) == 10           # nothing measured yet
+
+
+def burn(stop, share: float) -> None:
+    """Spin ``share`` of every 100 ms until ``stop`` is set."""
+    import time
+    while not stop.is_set():
+        end = time.thread_time() + 0.1 * share
+        while time.thread_time() < end:
+            pass
+        stop.wait(0.1 * (1 - share))
+
+
+def test_the_sampler_gives_way_to_the_rest_of_the_agent_and_takes_it_back(tmp_path, library):
+    import threading
+    import time
+    write_msrs(tmp_path / "cpu0" / "msr", {"tsc": 1})
+    host = registry.Host(msr_path=template(tmp_path))
+    sampler = registry.open_sampler(host, registry.Target(cpus=[0]))
+    stop = threading.Event()
+    burner = threading.Thread(target=burn, args=(stop, 0.05), daemon=True)   # 5 % of a core
+
+    def rate_after(windows: int) -> dict:
+        deadline = time.monotonic() + windows * 1.5 + 5
+        seen = 0
+        while seen < windows and time.monotonic() < deadline:
+            if sampler.next_batch(timeout=0.5) not in (None,):
+                seen += 1
+        return dict(sampler.metadata["register_rate"])
+
+    try:
+        sampler.start()
+        burner.start()
+        busy = rate_after(6)
+        assert busy["allowed_share_per_cpu"] == 0.0, busy
+        assert busy["rate_hz"] == budget.RATES_HZ[-1], busy
+        assert "may take 0.00 %" in busy["said"]
+        stop.set()
+        burner.join()
+        idle = rate_after(6)
+        assert idle["allowed_share_per_cpu"] == pytest.approx(budget.REGISTER_SHARE), idle
+    finally:
+        stop.set()
+        sampler.close()
