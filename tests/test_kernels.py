@@ -104,3 +104,16 @@ def test_the_build_targets_the_best_level_the_cpu_has():
     assert kernels.cpu_level(v3 - {"fma"}) == "x86-64-v2"
     assert kernels.cpu_level(v2 - {"popcnt"}) == ""
     assert kernels.cpu_level(frozenset()) == ""
+
+
+def test_the_build_forgets_numbas_cache_of_the_package(tmp_path):
+    from phasewatch.cli.aot_build import forget_jit_cache
+    cache = tmp_path / "core" / "__pycache__"
+    cache.mkdir(parents=True)
+    stale = [cache / "classify._join-125.py311.1.nbc", cache / "classify._join-125.py311.nbi"]
+    kept = [cache / "classify.cpython-311.pyc", tmp_path / "core" / "notes.nbc"]
+    for path in stale + kept:
+        path.write_bytes(b"x")
+    forget_jit_cache(tmp_path)
+    assert not any(p.exists() for p in stale)
+    assert all(p.exists() for p in kept)

@@ -36,6 +36,17 @@ INTERVALS = (["--interval-instructions", "20000000"], ["--interval-ms", "5"],
              ["--interval-samples", "40"])
 
 
+def forget_jit_cache(package: Path) -> None:
+    """Remove numba's on-disk cache of the package's kernels.  numba keys a
+    kernel's cache on its own file only, so a kernel whose callee in another
+    file changed (classify.py calling histograms.py) would otherwise be
+    loaded stale from the cache and compiled into the module as it was."""
+    for cached in itertools.chain(package.rglob("__pycache__/*.nbi"),
+                                  package.rglob("__pycache__/*.nbc")):
+        with contextlib.suppress(OSError):
+            cached.unlink()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m phasewatch.cli.aot_build", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=kernels.package_dir(),
@@ -44,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     build_tick_loop(args.quiet)
     t0 = time.monotonic()
+    forget_jit_cache(kernels.package_dir().parent)
     kernels.record_calls()
     with tempfile.TemporaryDirectory(prefix="phasewatch-aot-") as tmp:
         workload(Path(tmp))
