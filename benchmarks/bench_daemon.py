@@ -26,10 +26,7 @@ interleaved; ``--load`` runs ``stress-ng --cpu 0`` (every core) meanwhile.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from daemonutil import DAEMON, free_port, write_trace  # noqa: E402
+from measure import cpu_load, spread  # noqa: E402
 
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
@@ -66,24 +64,6 @@ def peak_rss_mib(pid: int) -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
-
-
-@contextlib.contextmanager
-def cpu_load(on: bool):
-    """stress-ng on every core while the block runs (when ``on``)."""
-    if not on:
-        yield
-        return
-    if shutil.which("stress-ng") is None:
-        sys.exit("bench_daemon: --load needs stress-ng (apt-get install stress-ng)")
-    proc = subprocess.Popen(["stress-ng", "--cpu", "0", "--quiet"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(1.0)
-        yield
-    finally:
-        proc.terminate()
-        proc.wait()
 
 
 def one_run(daemon: str, argv, seconds: float, warmup: float,
@@ -137,7 +117,7 @@ def main() -> int:
             config.write_text('[source]\nkind = "perf"\n[detector]\nname = "vpf-ip"\n'
                               'interval_ms = 200\n')
             argv, cpus = ["--config", str(config)], os.cpu_count()
-        with cpu_load(args.load):
+        with cpu_load(args.load, "bench_daemon"):
             for _ in range(args.repeat):
                 for daemon in daemons:
                     runs[daemon].append(one_run(daemon, argv, args.seconds, args.warmup,
@@ -148,11 +128,6 @@ def main() -> int:
     for daemon in daemons:
         report(daemon, runs[daemon], cpus)
     return 0
-
-
-def spread(values) -> str:
-    values = list(values)
-    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
 def report(daemon: str, runs, cpus: int) -> None:

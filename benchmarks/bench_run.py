@@ -34,16 +34,16 @@ accounts them to the sampled task), so they are not in the agent's figure.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from measure import cpu_load, spread
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent / "phasewatch"
@@ -162,24 +162,6 @@ def build_abab(workdir: str) -> str:
     return os.path.join(workdir, "abab")
 
 
-@contextlib.contextmanager
-def cpu_load(on: bool):
-    """stress-ng on every core while the block runs (when ``on``)."""
-    if not on:
-        yield
-        return
-    if shutil.which("stress-ng") is None:
-        sys.exit("bench_run: --load needs stress-ng (apt-get install stress-ng)")
-    proc = subprocess.Popen(["stress-ng", "--cpu", "0", "--quiet"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(1.0)
-        yield
-    finally:
-        proc.terminate()
-        proc.wait()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0,
@@ -207,7 +189,7 @@ def main() -> None:
             options += ["--record", os.path.join(workdir, "t.arrow")]
         argvs = {b: [b, "run", *options, "--", exe, str(args.seconds)] for b in bins}
         runs: dict[str, list[RunFigures]] = {b: [] for b in bins}
-        with cpu_load(args.load):
+        with cpu_load(args.load, "bench_run"):
             for argv in argvs.values():
                 observe(argv[:-1] + ["0"], exe, args.poll_ms / 1000)   # warm caches
             for _ in range(args.repeat):
@@ -218,11 +200,6 @@ def main() -> None:
           + (", stress-ng on every core" if args.load else ""))
     for b in bins:
         report(b, runs[b])
-
-
-def spread(values) -> str:
-    values = list(values)
-    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
 def report(binary: str, runs: list[RunFigures]) -> None:
