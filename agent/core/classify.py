@@ -176,6 +176,8 @@ def _nearest(x, x_counts, centroids, members, count, bounds, kinds, used, x_log_
     for s in range(len(kinds)):
         if used[s] and x_counts[s] > 0:
             empty = False
+    if empty and not (tol > 0.0 and x_log_cpi == x_log_cpi):
+        return (0, 1.0) if count > 0 else (-1, np.inf)    # every distance is 1: the first wins
     for p in range(count):
         if empty:   # no samples to compare: every distance is 1, the first slot in tolerance wins
             d = GATED if cpi_out_of_tolerance(x_log_cpi, c_log_cpi[p], c_cpi_members[p],

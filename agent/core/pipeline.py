@@ -158,7 +158,7 @@ class Pipeline:
 
     def _classify(self, block: IntervalBlock) -> Intervals:
         log_cpi = (interval_log_cpi(block.instructions, block.cycles)
-                   if self.cpi_tolerance > 0 else None)
+                   if self.cpi_tolerance > 0 and len(block) else None)
         phase, dist, new = classify(block.profiles, block.segment_samples, self.layout.bounds,
                                     self.kinds, self.used, self.classifier, log_cpi,
                                     self.cpi_tolerance)
