@@ -15,7 +15,13 @@ IPs uniform in each) and runs 20 intervals of A, then 20 of a phase B:
   in A's phase;
 - **false merge, productive frequency only**: B runs A's code at another
   productive share of clocks (0.62 against 0.74 of 3 GHz, the step between
-  neighbouring phases of the eight-phase model), same voltage; likewise.
+  neighbouring phases of the eight-phase model), same voltage; likewise;
+- **false merge, CPI only**: B runs A's code at A's voltage and productive
+  frequency, at 1.25 times its CPI (the counted cycles and instructions
+  the synthetic trace carries); likewise.
+
+``vpf-ip`` runs at its default CPI tolerance and at 0 (code and frequency
+only): the split rate shows what the CPI's own noise costs.
 
 Samples per interval follow from the CPI (one sample per millisecond at
 3 GHz): CPI = samples x 3M / 100M instructions.
@@ -36,8 +42,12 @@ from phasewatch.formats import synthetic
 INTERVAL = 100_000_000
 SAMPLES = (10, 30, 100)
 STRETCH = 20
-DETECTORS = ("vpf-ip", "vpf-ip-fold")
+#: (row label, detector, CPI tolerance)
+DETECTORS = (("vpf-ip", "vpf-ip", DetectorParams.cpi_tolerance),
+             ("vpf-ip --cpi-tolerance 0", "vpf-ip", 0.0),
+             ("vpf-ip-fold", "vpf-ip-fold", 0.0))
 PRODUCTIVE_A, PRODUCTIVE_B = 0.62, 0.74
+CPI_STEP = 1.25
 
 
 def phase_a(rng, samples: int) -> synthetic.Phase:
@@ -56,17 +66,18 @@ def quarter_new_code(a: synthetic.Phase, rng) -> synthetic.Phase:
     return replace(a, name="B", regions=regions)
 
 
-def phases_of(a, b, seed: int, detector: str) -> np.ndarray:
+def phases_of(a, b, seed: int, detector: tuple) -> np.ndarray:
     schedule = (("A", STRETCH), ("B", STRETCH))
     batch = concat(list(synthetic.generate(schedule, INTERVAL, seed, phases={"A": a, "B": b})))
     meta = synthetic.eight_phase_metadata(INTERVAL)
     params = Params(interval=interval_params_of(meta), histograms=histogram_params_of(meta),
-                    detector=DetectorParams(detector=detector, threshold=THRESHOLD))
+                    detector=DetectorParams(detector=detector[1], threshold=THRESHOLD,
+                                            cpi_tolerance=detector[2]))
     return Pipeline.for_trace(meta, params).feed(batch).phase
 
 
-def rates(samples: int, seeds: int, detector: str) -> tuple[float, float, float]:
-    split, merge_code, merge_pfreq = [], [], []
+def rates(samples: int, seeds: int, detector: tuple) -> tuple[float, ...]:
+    split, merge_code, merge_pfreq, merge_cpi = [], [], [], []
     for seed in range(1, seeds + 1):
         rng = np.random.default_rng(seed)
         a = phase_a(rng, samples)
@@ -76,7 +87,9 @@ def rates(samples: int, seeds: int, detector: str) -> tuple[float, float, float]
         merge_code.append(np.mean(code[STRETCH:] == code[0]))
         pfreq = phases_of(a, replace(a, name="B", productive=PRODUCTIVE_B), seed, detector)
         merge_pfreq.append(np.mean(pfreq[STRETCH:] == pfreq[0]))
-    return float(np.mean(split)), float(np.mean(merge_code)), float(np.mean(merge_pfreq))
+        cpi = phases_of(a, replace(a, name="B", cpi=a.cpi * CPI_STEP), seed, detector)
+        merge_cpi.append(np.mean(cpi[STRETCH:] == cpi[0]))
+    return tuple(float(np.mean(x)) for x in (split, merge_code, merge_pfreq, merge_cpi))
 
 
 THRESHOLD = DetectorParams.threshold
@@ -91,12 +104,13 @@ def main() -> int:
     THRESHOLD = args.threshold
     print(f"threshold {THRESHOLD}, {args.seeds} trials each")
     print("| detector | samples an interval | false split | false merge: a quarter of the code "
-          "| false merge: productive frequency only |")
-    print("|---|---|---|---|---|")
+          "| false merge: productive frequency only | false merge: CPI only |")
+    print("|---|---|---|---|---|---|")
     for detector in DETECTORS:
         for samples in SAMPLES:
-            split, code, pfreq = rates(samples, args.seeds, detector)
-            print(f"| {detector} | {samples} | {split:.3f} | {code:.3f} | {pfreq:.3f} |", flush=True)
+            split, code, pfreq, cpi = rates(samples, args.seeds, detector)
+            print(f"| {detector[0]} | {samples} | {split:.3f} | {code:.3f} | {pfreq:.3f} "
+                  f"| {cpi:.3f} |", flush=True)
     return 0
 
 

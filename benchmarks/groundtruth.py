@@ -78,11 +78,23 @@ PHASEWATCH = os.path.join(os.path.dirname(sys.executable), "phasewatch")
 L1_MISS, LL_MISS, MISPREDICT = 10, 100, 15
 
 
+#: Rates per instruction from callgrind's events that are not the CPI, for a
+#: homogeneity figure beside it: name -> the events summed.
+RATES = {"d1_miss": ("D1mr", "D1mw"), "mispredict": ("Bcm", "Bim"), "access": ("Dr", "Dw"),
+         "branch": ("Bc", "Bi")}
+
+
 def callgrind_cpi(cg_prefix: str, instructions: np.ndarray, thread: int | None = None) -> np.ndarray:
-    """Per-interval CPI of the model, pieced from the callgrind dumps: each
-    dump's cycles are spread evenly over its instructions.  While callgrind
-    has not finished, intervals past its last dump are NaN (left out of the
-    homogeneity figures)."""
+    """Per-interval CPI of the model (see :func:`callgrind_per_interval`)."""
+    return callgrind_per_interval(cg_prefix, instructions, thread)["cpi"]
+
+
+def callgrind_per_interval(cg_prefix: str, instructions: np.ndarray,
+                           thread: int | None = None) -> dict[str, np.ndarray]:
+    """Per-interval CPI of the model, and each of :data:`RATES` per
+    instruction, pieced from the callgrind dumps: each dump's events are
+    spread evenly over its instructions.  While callgrind has not finished,
+    intervals past its last dump are NaN (left out of the homogeneity figures)."""
     parts = []
     for path in glob.glob(cg_prefix + "*"):
         if path.endswith(".done"):
@@ -105,23 +117,26 @@ def callgrind_cpi(cg_prefix: str, instructions: np.ndarray, thread: int | None =
         v = dict(zip(events, totals + [0] * (len(events) - len(totals))))
         cycles = (v["Ir"] + L1_MISS * (v["I1mr"] + v["D1mr"] + v["D1mw"])
                   + LL_MISS * (v["ILmr"] + v["DLmr"] + v["DLmw"]) + MISPREDICT * (v["Bcm"] + v["Bim"]))
-        parts.append((part or 0, v["Ir"], cycles))
-    parts.sort()
-    ir = np.array([p[1] for p in parts], np.float64)
-    cyc = np.array([p[2] for p in parts], np.float64)
-    # cumulative cycles as a function of cumulative instructions, scaled to exp-bbv's count
-    edges_ir = np.concatenate([[0.0], np.cumsum(ir)])
-    edges_cyc = np.concatenate([[0.0], np.cumsum(cyc)])
-    bounds = np.concatenate([[0], np.cumsum(instructions)]).astype(np.float64)
+        parts.append((part or 0, v["Ir"], cycles,
+                      *(sum(v.get(e, 0) for e in events_) for events_ in RATES.values())))
+    names = ("cpi",) + tuple(RATES)
     if not parts:
-        return np.full(len(instructions), np.nan)
-    complete = os.path.exists(cg_prefix + ".done")
-    if complete:
+        return {name: np.full(len(instructions), np.nan) for name in names}
+    parts.sort()
+    table = np.array([p[1:] for p in parts], np.float64)
+    # cumulative events as a function of cumulative instructions, scaled to exp-bbv's count
+    edges_ir = np.concatenate([[0.0], np.cumsum(table[:, 0])])
+    bounds = np.concatenate([[0], np.cumsum(instructions)]).astype(np.float64)
+    if os.path.exists(cg_prefix + ".done"):
         bounds *= edges_ir[-1] / bounds[-1]
-    at = np.interp(bounds, edges_ir, edges_cyc)
-    cpi = np.diff(at) / np.diff(bounds)
-    cpi[bounds[1:] > edges_ir[-1] * (1 + 1e-9)] = np.nan
-    return cpi
+    unknown = bounds[1:] > edges_ir[-1] * (1 + 1e-9)
+    out = {}
+    for k, name in enumerate(names):
+        edges = np.concatenate([[0.0], np.cumsum(table[:, k + 1])])
+        rate = np.diff(np.interp(bounds, edges_ir, edges)) / np.diff(bounds)
+        rate[unknown] = np.nan
+        out[name] = rate
+    return out
 
 
 def write_ip_trace(path: str, counts, pcs: dict, cpi: np.ndarray, mappings: list[dict],
@@ -208,28 +223,34 @@ def chunks(n: int, k: int) -> np.ndarray:
     return (np.arange(n) * k // n).astype(np.int64)
 
 
-def score(truth: np.ndarray, labels: np.ndarray, cpi: np.ndarray) -> dict:
-    return {"phases": int(len(np.unique(labels))),
-            "ari": float(adjusted_rand_score(truth, labels)),
-            "nmi": float(normalized_mutual_info_score(truth, labels)),
-            "cpi_cov": cpi_cov_quality(labels, cpi)}
+def score(truth: np.ndarray, labels: np.ndarray, per_interval: dict[str, np.ndarray]) -> dict:
+    """Agreement with SimPoint's labels, and the thesis's homogeneity (mean
+    per-phase CoV) of the CPI and of each of :data:`RATES`."""
+    out = {"phases": int(len(np.unique(labels))),
+           "ari": float(adjusted_rand_score(truth, labels)),
+           "nmi": float(normalized_mutual_info_score(truth, labels)),
+           "cpi_cov": cpi_cov_quality(labels, per_interval["cpi"])}
+    out.update({f"{name}_cov": cpi_cov_quality(labels, per_interval[name]) for name in RATES})
+    return out
 
 
-def evaluate(w, workdir: str, live: bool, run_valgrind: bool = True) -> dict:
+def evaluate(w, workdir: str, live: bool, run_valgrind: bool = True,
+             cpi_tolerance: float | None = None) -> dict:
     p = build(w, workdir, INTERVAL) if run_valgrind else paths(workdir, w)
     bb, thread = busiest_thread(p["bb"])
     # exp-bbv's last interval is the remainder: leave it out, as replay does
     counts = bb.counts[:-1] if bb.instructions[-1] < INTERVAL else bb.counts
     instr = np.asarray(counts.sum(axis=1)).ravel()
     n = counts.shape[0]
-    cpi = callgrind_cpi(p["cg"], np.asarray(bb.counts.sum(axis=1)).ravel(),
-                        thread if w.threads > 1 else None)[:n]
+    per_interval = {name: v[:n] for name, v in callgrind_per_interval(
+        p["cg"], np.asarray(bb.counts.sum(axis=1)).ravel(), thread if w.threads > 1 else None).items()}
+    cpi = per_interval["cpi"]
     cpi_known = float(np.mean(~np.isnan(cpi)))
     sp = simpoint(counts)
     truth = sp.labels
-    rows = {"SimPoint method (k-means + BIC)": score(truth, truth, cpi)}
+    rows = {"SimPoint method (k-means + BIC)": score(truth, truth, per_interval)}
     bbv = BbvDetector(DetectorParams(detector="bbv"))
-    rows["phasewatch bbv (.bb replay)"] = score(truth, bbv.feed(counts, instr)[0], cpi)
+    rows["phasewatch bbv (.bb replay)"] = score(truth, bbv.feed(counts, instr)[0], per_interval)
     mappings = read_symtab_mappings(p["vglog"])
     pcs = read_pc(p["pc"])
     mappings += jit_mappings(pcs, mappings)
@@ -239,16 +260,23 @@ def evaluate(w, workdir: str, live: bool, run_valgrind: bool = True) -> dict:
                                                text=True).stdout.strip())
     trace = os.path.join(p["dir"], "ips.arrow")
     write_ip_trace(trace, counts, pcs, cpi, mappings, exe)
-    vpf_ip = replay_phases(trace, os.path.join(p["dir"], "vpf-ip.jsonl"), "vpf-ip")
-    rows["phasewatch vpf-ip (IP trace replay)"] = score(truth, vpf_ip[:n], cpi)
+    tolerance = [] if cpi_tolerance is None else ["--cpi-tolerance", str(cpi_tolerance)]
+    vpf_ip = replay_phases(trace, os.path.join(p["dir"], "vpf-ip.jsonl"), "vpf-ip", *tolerance)
+    rows["phasewatch vpf-ip (IP trace replay: code + exact CPI)"] = score(truth, vpf_ip[:n],
+                                                                          per_interval)
+    code_only = replay_phases(trace, os.path.join(p["dir"], "vpf-ip-code.jsonl"), "vpf-ip",
+                              "--cpi-tolerance", "0")
+    rows["phasewatch vpf-ip --cpi-tolerance 0 (code only)"] = score(truth, code_only[:n],
+                                                                    per_interval)
     lower = replay_phases(trace, os.path.join(p["dir"], "vpf-ip-lower.jsonl"), "vpf-ip",
                           "--threshold", str(LOWER_THRESHOLD))
-    rows[f"phasewatch vpf-ip --threshold {LOWER_THRESHOLD}"] = score(truth, lower[:n], cpi)
+    rows[f"phasewatch vpf-ip --threshold {LOWER_THRESHOLD}"] = score(truth, lower[:n], per_interval)
     if "vpf-ip-fold" in detectors.NAMES:
         fold = replay_phases(trace, os.path.join(p["dir"], "vpf-ip-fold.jsonl"), "vpf-ip-fold")
-        rows["phasewatch vpf-ip-fold (thesis's fold of .text)"] = score(truth, fold[:n], cpi)
-    rows["baseline: one phase"] = score(truth, np.zeros(n, np.int64), cpi)
-    rows[f"baseline: {sp.k} fixed chunks"] = score(truth, chunks(n, sp.k), cpi)
+        rows["phasewatch vpf-ip-fold (thesis's fold of .text)"] = score(truth, fold[:n],
+                                                                        per_interval)
+    rows["baseline: one phase"] = score(truth, np.zeros(n, np.int64), per_interval)
+    rows[f"baseline: {sp.k} fixed chunks"] = score(truth, chunks(n, sp.k), per_interval)
     result = {"name": w.name, "what": w.what, "intervals": n, "rows": rows, "thread": thread,
               "cpi_known": cpi_known,
               "mappings": len(mappings), "vpf_ip_intervals": int(len(vpf_ip))}
@@ -268,21 +296,24 @@ def tree_description() -> str:
 def print_table(results: list[dict]) -> None:
     print(f"tree: {tree_description()}")
     print(f"IP samples per interval: {SAMPLES_PER_INTERVAL}")
-    print("| program | intervals | labelling | phases | ARI | NMI | CoV of CPI | CoV / SimPoint's |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| program | intervals | labelling | phases | ARI | NMI | CoV of CPI | CoV / SimPoint's "
+          "| accesses/instr: CoV / SimPoint's | mispredicts/instr: CoV / SimPoint's |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        simpoint_cov = next(iter(r["rows"].values()))["cpi_cov"]
+        simpoint = next(iter(r["rows"].values()))
         for label, s in r["rows"].items():
             name = r["name"] + (f" (thread {r['thread']})" if r.get("thread", 1) != 1 else "")
             print(f"| {name} | {r['intervals']} | {label} | {s['phases']} | "
                   f"{s['ari']:.3f} | {s['nmi']:.3f} | {s['cpi_cov']:.4f} | "
-                  f"{s['cpi_cov'] / simpoint_cov:.2f} |")
+                  f"{s['cpi_cov'] / simpoint['cpi_cov']:.2f} | "
+                  f"{s['access_cov'] / simpoint['access_cov']:.2f} | "
+                  f"{s['mispredict_cov'] / simpoint['mispredict_cov']:.2f} |")
         if r["cpi_known"] < 1:
             print(f"| {r['name']} | | CPI model known for {100 * r['cpi_known']:.0f} % of the "
-                  f"intervals (callgrind unfinished) | | | | | |")
+                  f"intervals (callgrind unfinished) | | | | | | | |")
         if "live" in r:
             print(f"| {r['name']} | {r['live'][1]} live | live `run --detector vpf-ip`, own intervals | "
-                  f"{r['live'][0]} | - | - | - | - |")
+                  f"{r['live'][0]} | - | - | - | - | - | - |")
 
 
 def main() -> int:
@@ -291,6 +322,9 @@ def main() -> int:
     ap.add_argument("--workdir", default="/tmp/phasewatch-groundtruth")
     ap.add_argument("--live", action="store_true", help="also run each under phasewatch run")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    ap.add_argument("--cpi-tolerance", type=float, metavar="X",
+                    help="replay the first vpf-ip row with this CPI tolerance "
+                         "(default: phasewatch's)")
     ap.add_argument("--no-valgrind", action="store_true",
                     help="use the valgrind outputs already in WORKDIR, run nothing new")
     args = ap.parse_args()
@@ -305,7 +339,8 @@ def main() -> int:
         if args.no_valgrind and not os.path.exists(paths(args.workdir, w)["bb"]):
             print(f"skipping {w.name}: no valgrind output in {args.workdir}", file=sys.stderr)
             continue
-        results.append(evaluate(w, args.workdir, args.live, not args.no_valgrind))
+        results.append(evaluate(w, args.workdir, args.live, not args.no_valgrind,
+                                args.cpi_tolerance))
     print_table(results)
     if args.json:
         with open(args.json, "w") as f:

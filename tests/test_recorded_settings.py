@@ -37,7 +37,7 @@ def recorded(tmp_path_factory):
     d = tmp_path_factory.mktemp("recorded")
     made = {}
     for name, options in (("chosen", ["--detector", "vpf-ip", "--threshold", "0.4",
-                                      "--interval-samples", "150"]),
+                                      "--cpi-tolerance", "0.2", "--interval-samples", "150"]),
                           ("default", [])):
         trace, out = d / f"{name}.arrow", d / f"{name}.jsonl"
         proc = phasewatch("run", "--no-pin", *options, "--record", trace, "--output", out,
@@ -50,7 +50,8 @@ def recorded(tmp_path_factory):
 def test_the_trace_says_what_run_used(recorded):
     trace, _ = recorded["chosen"]
     meta = TraceReader(str(trace)).metadata
-    assert meta["detection"] == {"detector": "vpf-ip", "threshold": 0.4, "adaptive": False}
+    assert meta["detection"] == {"detector": "vpf-ip", "threshold": 0.4, "adaptive": False,
+                                 "cpi_tolerance": 0.2}
     assert meta["interval"]["kind"] == "samples" and meta["interval"]["samples"] == 150
 
 

@@ -8,7 +8,7 @@ import argparse
 import math
 
 from ..core import detectors
-from ..core.params import DEFAULT_THRESHOLD
+from ..core.params import DEFAULT_CPI_TOLERANCE, DEFAULT_THRESHOLD
 from ..formats.metadata import MAX_INTERVAL_INSTRUCTIONS, MAX_INTERVAL_NS, MIN_INTERVAL_NS
 
 
@@ -66,6 +66,12 @@ def add_detector_arguments(parser, output: bool = True, names=detectors.NAMES,
                              f"(default: {default}{DEFAULT_THRESHOLD})")
     parser.add_argument("--adaptive", action="store_true", default=None,
                         help="adapt the threshold online to the distances within phases")
+    parser.add_argument("--cpi-tolerance", type=number(float, 0.0, 10.0), default=None,
+                        metavar="X",
+                        help="vpf-ip, where instructions and cycles are counted: keep an "
+                             "interval out of phases whose CPI differs by more than this "
+                             "log ratio; 0 compares code and frequency only "
+                             f"(default: {default}{DEFAULT_CPI_TOLERANCE})")
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--interval-instructions", metavar="N",
                       type=number(int, 1, MAX_INTERVAL_INSTRUCTIONS),

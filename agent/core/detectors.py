@@ -25,6 +25,13 @@
     ``vpf-ip`` with the thesis's IP vector instead: IPs folded into 32 entries
     over the main executable's ``.text``, kept for comparison.
 
+Where instructions and cycles are counted exactly (a PMU), ``vpf-ip`` also
+keeps an interval out of every phase whose mean CPI differs from the
+interval's by more than a tolerance (``DetectorParams.cpi_tolerance``, a log
+ratio; classify.py).  Without such counts it behaves as if the tolerance
+were off.  ``vpf`` stays the thesis's detector and ``vpf-ip-fold`` its code
+comparison, without it.
+
 The IP segment is compared after allowing for sampling noise
 (``histograms.segment_distance``).
 
@@ -51,6 +58,8 @@ USED_SEGMENTS = {
 #: The IP signature each detector's profiles carry.
 IP_SIGNATURE = {"vpf": "regions", "vpf-ip": "regions", "vpf-ip-fold": "fold"}
 NAMES = tuple(USED_SEGMENTS) + ("bbv",)
+#: Detectors that keep intervals out of phases of another CPI, where counted.
+USES_CPI = frozenset({"vpf-ip"})
 
 #: Raw signals each segment is computed from.
 SEGMENT_SIGNALS = {

@@ -12,6 +12,12 @@ DEFAULT_THRESHOLD = 0.25
 #: Live phases kept by default: far more than real programs show, small enough
 #: that comparing an interval with every centroid stays cheap.
 DEFAULT_MAX_PHASES = 256
+#: Where instructions and cycles are counted exactly, an interval stays out of
+#: a phase whose mean CPI differs by more than this log ratio (a factor
+#: exp(0.05) = 1.051).  CPI spread evenly over that band has a CoV of
+#: 0.05 / sqrt(3) = 0.029, what SimPoint's phases keep on most real programs
+#: (README, ground truth; docs/signals.md).
+DEFAULT_CPI_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,9 @@ class DetectorParams:
     # At most this many phases are kept; a new one beyond it replaces the
     # phase used least recently (which is retired: its id is not reused).
     max_phases: int = DEFAULT_MAX_PHASES
+    # Log-ratio tolerance of CPI between an interval and a phase, for the
+    # detectors that use counter ratios where they are counted; 0 turns it off.
+    cpi_tolerance: float = DEFAULT_CPI_TOLERANCE
 
 
 @dataclass(frozen=True)

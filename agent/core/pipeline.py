@@ -11,11 +11,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .batch import KERNEL_START, SampleBatch
-from .classify import ClassifierState, classify
+from .classify import ClassifierState, classify, interval_log_cpi
 from .codemap import CodeMap
 from .cpumodels import FALLBACK_BASE_HZ
 from .decode import COUNTERS, PROFILE_COUNTERS, DecoderState, decode
-from .detectors import IP_SIGNATURE, used_mask
+from .detectors import IP_SIGNATURE, USES_CPI, used_mask
 from .intervals import SEGMENTS, IntervalAccumulator, IntervalBlock, Layout, segment_kinds
 from .params import Params, cpu_model_of
 
@@ -70,6 +70,8 @@ class Pipeline:
         self.layout: Layout = self.accumulator.layout
         self.classifier = ClassifierState(self.layout.width, len(SEGMENTS), params.detector)
         self.used = used_mask(params.detector.detector)
+        self.cpi_tolerance = (params.detector.cpi_tolerance
+                              if params.detector.detector in USES_CPI else 0.0)
         self.kinds = segment_kinds(params.histograms)
         self.text_range = params.histograms.text_range
         self.mappings = mappings
@@ -155,8 +157,11 @@ class Pipeline:
         return self.decoder.implausible_values()
 
     def _classify(self, block: IntervalBlock) -> Intervals:
+        log_cpi = (interval_log_cpi(block.instructions, block.cycles)
+                   if self.cpi_tolerance > 0 and len(block) else None)
         phase, dist, new = classify(block.profiles, block.segment_samples, self.layout.bounds,
-                                    self.kinds, self.used, self.classifier)
+                                    self.kinds, self.used, self.classifier, log_cpi,
+                                    self.cpi_tolerance)
         intervals = self._intervals(block, phase, dist, new)
         for observe in self.profile_observers:
             observe(block, intervals)

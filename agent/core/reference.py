@@ -16,7 +16,7 @@ from .classify import classify_reference
 from .codemap import code_bins_reference
 from .cpumodels import MAX_PLAUSIBLE_MHZ, PLAUSIBLE_VOLTAGE_MV
 from .decode import COUNTERS, FIELDS, F
-from .detectors import IP_SIGNATURE, used_mask
+from .detectors import IP_SIGNATURE, USES_CPI, used_mask
 from .histograms import fill_reference, ip_bins_reference
 from .intervals import Layout, segment_kinds
 from .params import Params
@@ -148,6 +148,18 @@ def detect(batch: SampleBatch, params: Params, base_mhz: float, text_range=None,
                                ip_signature=IP_SIGNATURE[params.detector.detector]))
     kinds = segment_kinds(replace(params.histograms,
                                   ip_signature=IP_SIGNATURE[params.detector.detector]))
+    tolerance = params.detector.cpi_tolerance if params.detector.detector in USES_CPI else 0.0
     phase, dist, new = classify_reference(prof, counts, layout.bounds, kinds,
-                                          used_mask(params.detector.detector), params.detector)
+                                          used_mask(params.detector.detector), params.detector,
+                                          interval_cpi(decoded, ends), tolerance)
     return phase, dist, new, ends
+
+
+def interval_cpi(decoded: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Each interval's log CPI from its counted cycles and instructions; NaN
+    where either is not counted."""
+    starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)
+    instr = np.array([decoded[F["d_instructions"], a:b + 1].sum() for a, b in zip(starts, ends)])
+    cycles = np.array([decoded[F["d_cycles"], a:b + 1].sum() for a, b in zip(starts, ends)])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((instr > 0) & (cycles > 0), np.log(cycles / instr), np.nan)

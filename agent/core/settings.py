@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from . import detectors
-from .params import (DEFAULT_THRESHOLD, DetectorParams, IntervalParams, Params,
+from .params import (DEFAULT_CPI_TOLERANCE, DEFAULT_THRESHOLD, DetectorParams, IntervalParams, Params,
                      histogram_params_of, interval_params_of)
 
 if TYPE_CHECKING:  # numba loads with the pipeline, when one is built
@@ -20,7 +20,8 @@ if TYPE_CHECKING:  # numba loads with the pipeline, when one is built
 
 
 #: Detection settings, where neither an option nor a recording gives them.
-DETECTION_DEFAULTS = {"detector": "vpf", "threshold": DEFAULT_THRESHOLD, "adaptive": False}
+DETECTION_DEFAULTS = {"detector": "vpf", "threshold": DEFAULT_THRESHOLD, "adaptive": False,
+                      "cpi_tolerance": DEFAULT_CPI_TOLERANCE}
 
 
 def with_detection(args, recorded: dict | None = None) -> argparse.Namespace:
@@ -37,13 +38,16 @@ def with_detection(args, recorded: dict | None = None) -> argparse.Namespace:
 def detection_dict(detector: DetectorParams) -> dict:
     """The ``detection`` metadata of a recording made with ``detector``."""
     return {"detector": detector.detector, "threshold": detector.threshold,
-            "adaptive": detector.adaptive}
+            "adaptive": detector.adaptive, "cpi_tolerance": detector.cpi_tolerance}
 
 
 def detector_params(args) -> DetectorParams:
     if not 0.0 < args.threshold <= 1.0:
         raise UserError(f"--threshold {args.threshold}: give a distance in (0, 1]")
-    return DetectorParams(detector=args.detector, threshold=args.threshold, adaptive=args.adaptive)
+    if not 0.0 <= args.cpi_tolerance <= 10.0:
+        raise UserError(f"--cpi-tolerance {args.cpi_tolerance}: give a log ratio in [0, 10]")
+    return DetectorParams(detector=args.detector, threshold=args.threshold, adaptive=args.adaptive,
+                          cpi_tolerance=args.cpi_tolerance)
 
 
 def interval_params(args, default: IntervalParams, signals, warn) -> IntervalParams:

@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import dataclass, replace
 
 from ..core.batch import ID_RANGES
-from ..core.params import DEFAULT_THRESHOLD
+from ..core.params import DEFAULT_CPI_TOLERANCE, DEFAULT_THRESHOLD
 from ..errors import UserError
 from ..formats.metadata import MAX_INTERVAL_INSTRUCTIONS, MAX_INTERVAL_NS, MIN_INTERVAL_NS
 from .publish import DEFAULT_HWM
@@ -45,6 +45,7 @@ class Config:
     detector: str = "vpf"
     threshold: float = DEFAULT_THRESHOLD
     adaptive: bool = False
+    cpi_tolerance: float = DEFAULT_CPI_TOLERANCE
     interval_instructions: int | None = None
     interval_ms: float | None = None
     interval_samples: int | None = None
@@ -170,6 +171,7 @@ SCHEMA = {
         "name": ("detector", str, _one_of(DETECTORS)),
         "threshold": ("threshold", (int, float), _threshold),
         "adaptive": ("adaptive", bool, None),
+        "cpi_tolerance": ("cpi_tolerance", (int, float), _between(0, 10)),
         "interval_instructions": ("interval_instructions", int,
                                   _between(1, MAX_INTERVAL_INSTRUCTIONS)),
         "interval_ms": ("interval_ms", (int, float),
@@ -280,7 +282,7 @@ def check(config: Config, where: str = "config") -> Config:
     return config
 
 
-DETECTION_FLAGS = ("detector", "threshold", "adaptive")
+DETECTION_FLAGS = ("detector", "threshold", "adaptive", "cpi_tolerance")
 INTERVAL_FLAGS = ("interval_instructions", "interval_ms", "interval_samples")
 
 

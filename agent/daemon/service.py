@@ -75,7 +75,8 @@ def check_exposure(config: daemon_config.Config) -> None:
 
 def detector_params(config: daemon_config.Config, detector: str | None = None) -> DetectorParams:
     return DetectorParams(detector=detector or config.detector, threshold=config.threshold,
-                          adaptive=config.adaptive, max_phases=config.max_phases)
+                          adaptive=config.adaptive, max_phases=config.max_phases,
+                          cpi_tolerance=config.cpi_tolerance)
 
 
 def params_for(meta: dict, signals, config: daemon_config.Config, detector: str) -> Params:

@@ -18,8 +18,8 @@ from msgspec import Meta, Struct, field
 
 from .. import __version__
 from ..core.cpumodels import MAX_PLAUSIBLE_MHZ, UNKNOWN
-from ..core.params import (DEFAULT_INTERVAL_INSTRUCTIONS, DEFAULT_THRESHOLD, HistogramParams,
-                           IntervalParams,
+from ..core.params import (DEFAULT_CPI_TOLERANCE, DEFAULT_INTERVAL_INSTRUCTIONS,
+                           DEFAULT_THRESHOLD, HistogramParams, IntervalParams,
                            histograms_dict, interval_dict)
 from ..errors import UserError
 
@@ -88,6 +88,7 @@ class DetectionSchema(_Schema):
     detector: Literal["vpf", "vpf-ip", "vpf-ip-fold"] = "vpf"
     threshold: Annotated[float, Meta(gt=0.0, le=1.0)] = DEFAULT_THRESHOLD
     adaptive: bool = False
+    cpi_tolerance: Annotated[float, Meta(ge=0.0, le=10.0)] = DEFAULT_CPI_TOLERANCE
 
 
 class TraceSchema(_Schema):
