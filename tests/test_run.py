@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from phasewatch.formats.trace import TraceReader
@@ -169,6 +170,14 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(args, needle):
     assert len(lines) == 1 and needle in lines[0], proc.stderr
 
 
+def command_cpu_s(agent_pid: int) -> float:
+    """The CPU seconds the agent's children have taken so far."""
+    try:
+        return sum(sum(c.cpu_times()[:2]) for c in psutil.Process(agent_pid).children())
+    except psutil.Error:
+        return 0.0
+
+
 def test_ctrl_c_stops_the_command_prints_the_summary_and_closes_the_trace(abab, tmp_path):
     trace = tmp_path / "int.arrow"
     agent = subprocess.Popen([str(BIN), "run", "--record", str(trace), "--", str(abab), "20"],
@@ -180,7 +189,10 @@ def test_ctrl_c_stops_the_command_prints_the_summary_and_closes_the_trace(abab, 
            and agent.poll() is None):
         time.sleep(0.05)
     assert agent.poll() is None, "the agent ended before the command started"
-    time.sleep(1.5)
+    # 1.5 s of the command's own CPU time (at 1 kHz, 1,500 samples), however
+    # busy the host is.
+    while command_cpu_s(agent.pid) < 1.5 and time.monotonic() < deadline:
+        time.sleep(0.05)
     started = time.monotonic()
     agent.send_signal(signal.SIGINT)
     out, err = agent.communicate(timeout=TIMEOUT)
