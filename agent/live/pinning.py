@@ -35,13 +35,12 @@ class PinWhileSingleThreaded:
         self._widened: set[int] = set()
         self._lock = threading.Lock()
 
-    def look(self) -> None:
-        """Release CMD's tree if two of its threads are runnable now (called
-        on the tree watch's thread, :mod:`.tree_watch`)."""
+    def look(self, pids: list[int]) -> None:
+        """Release CMD's tree, processes ``pids``, if two of its threads are
+        runnable now (called on the tree watch's thread, :mod:`.tree_watch`)."""
         if self.released:
             return
-        runnable = sum(_state(pid, tid) == "R" for pid in descendants(self.pid)
-                       for tid in _tasks(pid))
+        runnable = sum(_state(pid, tid) == "R" for pid in pids for tid in _tasks(pid))
         if runnable > 1:
             self.release(runnable)
 

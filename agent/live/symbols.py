@@ -475,13 +475,12 @@ class TreeSymbolizer:
         # learn_tree runs on a thread of its own (live.tree_watch)
         self._lock = threading.RLock()
 
-    def learn_tree(self) -> None:
-        """Note every thread of the tree and read the maps of each process
-        new or exec'd since the last look: a child that ends before its
-        samples reach the agent is still named from its own objects."""
-        if self.root.pid is None:
-            return
-        for pid in descendants(self.root.pid):
+    def learn_tree(self, pids: list[int]) -> None:
+        """Note every thread of the tree's processes ``pids`` (:func:`descendants`)
+        and read the maps of each process new or exec'd since the last look:
+        a child that ends before its samples reach the agent is still named
+        from its own objects."""
+        for pid in pids:
             try:
                 exe, tids = os.readlink(f"/proc/{pid}/exe"), os.listdir(f"/proc/{pid}/task")
             except OSError:

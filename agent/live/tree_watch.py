@@ -2,8 +2,8 @@
 programs, so that their mappings are known before they end (samples reach the
 agent about once a second, after a short-lived child, a compiler pass or one
 command of a shell script, may have gone), and for what else looks at the
-tree (pinning).  One thread for both: each look costs a wake-up and a walk of
-/proc, which the budget of 0.5 % of a core counts."""
+tree (pinning).  One thread and one walk of /proc for both: each look costs
+a wake-up and the walk, which the budget of 0.5 % of a core counts."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import threading
 
 from typing import Callable
 
-from .symbols import TreeSymbolizer
+from .symbols import TreeSymbolizer, descendants
 
 #: Seconds between looks at the tree (a child that lives less is named only
 #: if its samples come while it runs).
@@ -19,7 +19,7 @@ POLL_S = 0.5
 
 
 class TreeWatch:
-    def __init__(self, tree: TreeSymbolizer, also: list[Callable[[], None]] = (),
+    def __init__(self, tree: TreeSymbolizer, also: list[Callable[[list[int]], None]] = (),
                  poll_s: float = POLL_S):
         self.tree, self.also, self.poll_s = tree, list(also), poll_s
         self._ended = threading.Event()
@@ -35,8 +35,9 @@ class TreeWatch:
 
     def _run(self) -> None:
         while True:
-            self.tree.learn_tree()
+            pids = descendants(self.tree.pid) if self.tree.pid is not None else []
+            self.tree.learn_tree(pids)
             for look in self.also:
-                look()
+                look(pids)
             if self._ended.wait(self.poll_s):
                 return
