@@ -80,6 +80,9 @@ RECEIVE_HWM = 8
 #: most RECEIVE_HWM more messages per connection, so reads outpace what they
 #: let in and nothing piles up.
 DRAIN_AT_ONCE = 4096
+#: ... and before each event sent, so that a sending thread holds the
+#: socket's lock only briefly.
+DRAIN_AT_SEND = 64
 
 
 def is_loopback_endpoint(endpoint: str) -> bool:
@@ -133,8 +136,8 @@ class Publisher:
         # subscriber's all at once): ZeroMQ takes in more from a connection
         # only as the socket handles them, so a flood is taken in at the pace
         # the daemon uses the socket (each event sent, and once a second) and
-        # the guard cuts it before it has made the daemon hold much.  At 64,
-        # a one-connection flood grew the daemon by 150-180 MB; at 8, by 45.
+        # the guard cuts it before it has made the daemon hold much (at 64
+        # a flood was taken in several times faster).
         sock.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
         sock.setsockopt(zmq.RCVBUF, 16 << 10)
         if self._keys is not None:
@@ -222,21 +225,22 @@ class Publisher:
 
     def _send(self, frames) -> None:
         with self._lock:
-            self._drain_subscriptions()
+            self._drain_subscriptions(DRAIN_AT_SEND)
             try:
                 self.socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
                 self.sent += 1
             except zmq.Again:
                 self.dropped += 1
 
-    def _drain_subscriptions(self) -> None:
+    def _drain_subscriptions(self, at_most: int = DRAIN_AT_ONCE) -> None:
         """Read the subscription messages XPUB hands up, so they never pile up.
         A well-formed one is a byte 1 (subscribe) or 0 (unsubscribe) and a
         topic.  XPUB hands up a topic's first subscription and its last
         unsubscription only, so their difference is the distinct topics held.
-        At most :data:`DRAIN_AT_ONCE` a call: a client that keeps subscribing
-        must not hold the caller (the main loop pings the watchdog)."""
-        for _ in range(DRAIN_AT_ONCE):
+        At most ``at_most`` a call: a client that keeps subscribing must not
+        hold the caller, nor the lock from the main loop (which pings the
+        watchdog)."""
+        for _ in range(at_most):
             try:
                 msg = self.socket.recv(zmq.NOBLOCK)
             except zmq.Again:

@@ -12,9 +12,9 @@ connection's subscriptions are freed with it.  Only TCP endpoints are guarded.
 glibc's malloc keeps what a cut connection freed (its topics, pipes and
 buffers, scattered over the arenas of the threads that used the socket)
 instead of handing it back: resident memory would climb with every cut and
-stay up.  So after cuts the guard asks malloc to return its free pages
-(``malloc_trim``), once a second while cuts go on and until ZeroMQ has
-freed the last cut connection's memory.
+stay up.  So while connections come and go the guard asks malloc to return
+its free pages (``malloc_trim``), four times a second, and for a while after
+the last has gone, until ZeroMQ has freed its memory.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ MAX_PEERS = 256
 #: seldom while all are quiet, never while none is connected.
 CHECK_BUSY_S = 0.01
 CHECK_QUIET_S = 0.1
-#: Freed memory is handed back at most this often, until this long after the
-#: last cut (ZeroMQ frees a cut connection once the socket is next used: the
-#: main loop uses it every second).
-TRIM_EVERY_S = 1.0
-TRIM_AFTER_S = 2.5
+#: Freed memory is handed back at most this often, until this long after a
+#: connection last went (ZeroMQ frees a gone connection once the socket is
+#: next used, and a busy socket falls behind).
+TRIM_EVERY_S = 0.25
+TRIM_AFTER_S = 5.0
 #: ``tcpi_bytes_received`` in Linux's ``struct tcp_info``.
 _BYTES_RECEIVED = struct.Struct("=Q")
 _BYTES_RECEIVED_AT = 128
@@ -60,7 +60,7 @@ class SubscriberGuard:
         self._peers: dict[int, bool] = {}       # fd -> cut already
         self._received: dict[int, int] = {}
         self._busy = False
-        self._last_cut, self._last_trim = float("-inf"), 0.0
+        self._last_gone, self._last_trim = float("-inf"), 0.0
         self._stop = threading.Event()
         self._monitor = sock.get_monitor_socket(_EVENTS)
         self._thread = threading.Thread(target=self._run, name="phasewatchd-subguard",
@@ -92,6 +92,7 @@ class SubscriberGuard:
         else:
             self._peers.pop(fd, None)
             self._received.pop(fd, None)
+            self._last_gone = time.monotonic()
 
     def _check(self) -> None:
         busy = False
@@ -116,7 +117,7 @@ class SubscriberGuard:
             if dup.getsockname()[1] == self.port:
                 dup.shutdown(socket.SHUT_RDWR)
                 self.cut += 1
-                self._last_cut = time.monotonic()
+                self._last_gone = time.monotonic()
                 self.say(f"{why}: its connection was closed")
         except (OSError, IndexError, TypeError):
             pass
@@ -126,7 +127,7 @@ class SubscriberGuard:
     def _trim(self) -> None:
         """Hand the memory cut connections freed back to the system."""
         now = time.monotonic()
-        if now < self._last_trim + TRIM_EVERY_S or self._last_trim > self._last_cut + TRIM_AFTER_S:
+        if now < self._last_trim + TRIM_EVERY_S or self._last_trim > self._last_gone + TRIM_AFTER_S:
             return
         self._last_trim = now
         _malloc_trim()
