@@ -16,9 +16,10 @@ AOT       := agent/core/_kernels_aot.json
 SPEEDSCOPE := $(VENV)/node_modules/speedscope/dist/release/index.html
 
 SHARE     := $(VENV)/share
+LAUNCHER  := $(VENV)/bin/phasewatchd
 MANPAGES  := $(SHARE)/man/man1/phasewatch.1
 
-install: $(STAMP_PIP) $(AOT) $(SPEEDSCOPE) $(MANPAGES)
+install: $(STAMP_PIP) $(AOT) $(SPEEDSCOPE) $(MANPAGES) $(LAUNCHER)
 
 $(STAMP_APT): $(APT_LIST)
 	apt-get update -q -o DPkg::Lock::Timeout=900
@@ -50,6 +51,19 @@ $(AOT): $(STAMP_PIP) $(wildcard agent/*.py agent/*/*.py collectors/*.py collecto
 	$(PY) -m phasewatch.cli.aot_build
 	$(PY) -m compileall -q agent collectors
 
+# The `phasewatchd` command: a launcher that starts the daemon's interpreter
+# with SIGHUP blocked, so that a reload asked for while Python starts is kept
+# for later instead of ending the process (agent/cli/phasewatchd_launcher.c).
+# On x86-64 it is built without a C library, whose start-up would leave a
+# window of its own.
+LAUNCHER_SRC    := agent/cli/phasewatchd_launcher.c
+LAUNCHER_CFLAGS := -Os -Wall -static $(if $(filter x86_64,$(shell uname -m)),-nostdlib \
+	-fno-stack-protector -fno-asynchronous-unwind-tables -fno-tree-loop-distribute-patterns)
+build_launcher   = $(CC) $(LAUNCHER_CFLAGS) -DPYTHON='"$(1)"' -o $(2) $(LAUNCHER_SRC)
+
+$(LAUNCHER): $(STAMP_PIP) $(LAUNCHER_SRC)
+	$(call build_launcher,$(abspath $(PY)),$@)
+
 # A man page per command and bash completion, generated from the parsers, in
 # the venv's share/ (man and bash-completion find them from .venv/bin on PATH).
 $(MANPAGES): $(STAMP_PIP) $(wildcard agent/cli/*.py)
@@ -65,6 +79,7 @@ SYSCONF   ?= /etc
 install-system: install install-system-files
 	/usr/bin/python3 -m venv --system-site-packages $(DESTDIR)$(PREFIX)
 	$(DESTDIR)$(PREFIX)/bin/pip install -q '.[docs]'
+	$(call build_launcher,$(PREFIX)/bin/python,$(DESTDIR)$(PREFIX)/bin/phasewatchd)
 	$(DESTDIR)$(PREFIX)/bin/python -m phasewatch.cli.aot_build
 	$(DESTDIR)$(PREFIX)/bin/python -m phasewatch.cli.manpages $(DESTDIR)$(PREFIX)/share
 	if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null; then systemctl daemon-reload; fi

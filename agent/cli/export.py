@@ -16,7 +16,7 @@ from ..console import warn
 from ..errors import UserError
 from ..formats.bbvfile import read_bb
 from ..formats.labellings import Labelling, read_labelling
-from ..formats.outputs import Output, check_outputs
+from ..formats.outputs import check_outputs, write_all_or_none
 from ..simpoint.bbvdetect import project_matrix
 from ..simpoint.method import nearest_to_centres
 
@@ -59,18 +59,9 @@ def write_simpoints(prefix: str, labels: np.ndarray, points: np.ndarray,
     weights = np.bincount(labels, minlength=len(points)) / len(labels)
     paths = output_paths(prefix)
     check_outputs(paths, inputs)
-    outs = [Output(path) for path in paths]
-    outs[0].stream.writelines(f"{int(i)} {p}\n" for p, i in enumerate(points))
-    outs[1].stream.writelines(f"{w:.6f} {p}\n" for p, w in enumerate(weights))
-    for out in outs:
-        out.finish()
-    failures = [out.failure for out in outs if out.failure]
-    if failures:
-        for out in outs:
-            out.discard()
-        raise UserError("; ".join(failures))
-    for out in outs:
-        out.commit()
+    write_all_or_none([
+        (paths[0], False, lambda f: f.writelines(f"{int(i)} {p}\n" for p, i in enumerate(points))),
+        (paths[1], False, lambda f: f.writelines(f"{w:.6f} {p}\n" for p, w in enumerate(weights)))])
     return paths
 
 

@@ -8,9 +8,13 @@ import threading
 
 # A SIGHUP (reload) that comes while the daemon is still starting is kept for
 # later, not left to its default action (ending the process): from here on,
-# before the slow imports below.
+# before the slow imports below.  The `phasewatchd` command (a compiled
+# launcher, phasewatchd_launcher.c) starts the interpreter with SIGHUP
+# blocked, so one sent before this handler existed is pending, and is
+# handled here once unblocked.
 RELOAD = threading.Event()
 signal.signal(signal.SIGHUP, lambda *_: RELOAD.set())
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
 
 import argparse  # noqa: E402
 import os  # noqa: E402

@@ -74,6 +74,15 @@ DEFAULT_HWM = 1000
 #: The longest message a subscriber may send: a subscription (real topics are
 #: under 64 bytes) or a CurveZMQ handshake command (under 400).
 MAX_MESSAGE_BYTES = 1024
+#: Subscription messages queued per connection on the way in.
+RECEIVE_HWM = 8
+#: Subscription messages read at one call.  Each read lets ZeroMQ take in at
+#: most RECEIVE_HWM more messages per connection, so reads outpace what they
+#: let in and nothing piles up.
+DRAIN_AT_ONCE = 4096
+#: ... and before each event sent, so that a sending thread holds the
+#: socket's lock only briefly.
+DRAIN_AT_SEND = 64
 
 
 def is_loopback_endpoint(endpoint: str) -> bool:
@@ -123,9 +132,13 @@ class Publisher:
         sock.setsockopt(zmq.XPUB_NODROP, 1)
         sock.setsockopt(zmq.LINGER, 200)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-        # Little queued on the way in, so that the guard's count of a
-        # connection's bytes is close to what the socket has taken in.
-        sock.setsockopt(zmq.RCVHWM, 64)
+        # A few subscription messages in flight per connection (a real
+        # subscriber's all at once): ZeroMQ takes in more from a connection
+        # only as the socket handles them, so a flood is taken in at the pace
+        # the daemon uses the socket (each event sent, and once a second) and
+        # the guard cuts it before it has made the daemon hold much (at 64
+        # a flood was taken in several times faster).
+        sock.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
         sock.setsockopt(zmq.RCVBUF, 16 << 10)
         if self._keys is not None:
             sock.curve_publickey, sock.curve_secretkey = self._keys
@@ -212,19 +225,22 @@ class Publisher:
 
     def _send(self, frames) -> None:
         with self._lock:
-            self._drain_subscriptions()
+            self._drain_subscriptions(DRAIN_AT_SEND)
             try:
                 self.socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
                 self.sent += 1
             except zmq.Again:
                 self.dropped += 1
 
-    def _drain_subscriptions(self) -> None:
+    def _drain_subscriptions(self, at_most: int = DRAIN_AT_ONCE) -> None:
         """Read the subscription messages XPUB hands up, so they never pile up.
         A well-formed one is a byte 1 (subscribe) or 0 (unsubscribe) and a
         topic.  XPUB hands up a topic's first subscription and its last
-        unsubscription only, so their difference is the distinct topics held."""
-        while True:
+        unsubscription only, so their difference is the distinct topics held.
+        At most ``at_most`` a call: a client that keeps subscribing must not
+        hold the caller, nor the lock from the main loop (which pings the
+        watchdog)."""
+        for _ in range(at_most):
             try:
                 msg = self.socket.recv(zmq.NOBLOCK)
             except zmq.Again:

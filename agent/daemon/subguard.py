@@ -8,14 +8,23 @@ socket's monitor) and shuts down any connection that has sent more than
 :data:`PEER_BYTES` (a handshake and subscriptions; real subscribers send a few
 hundred bytes), and any connection beyond :data:`MAX_PEERS`.  A shut-down
 connection's subscriptions are freed with it.  Only TCP endpoints are guarded.
+
+glibc's malloc keeps what a cut connection freed (its topics, pipes and
+buffers, scattered over the arenas of the threads that used the socket)
+instead of handing it back: resident memory would climb with every cut and
+stay up.  So while connections come and go the guard asks malloc to return
+its free pages (``malloc_trim``), four times a second, and for a while after
+the last has gone, until ZeroMQ has freed its memory.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import struct
 import threading
+import time
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -28,6 +37,11 @@ MAX_PEERS = 256
 #: seldom while all are quiet, never while none is connected.
 CHECK_BUSY_S = 0.01
 CHECK_QUIET_S = 0.1
+#: Freed memory is handed back at most this often, until this long after a
+#: connection last went (ZeroMQ frees a gone connection once the socket is
+#: next used, and a busy socket falls behind).
+TRIM_EVERY_S = 0.25
+TRIM_AFTER_S = 5.0
 #: ``tcpi_bytes_received`` in Linux's ``struct tcp_info``.
 _BYTES_RECEIVED = struct.Struct("=Q")
 _BYTES_RECEIVED_AT = 128
@@ -46,6 +60,7 @@ class SubscriberGuard:
         self._peers: dict[int, bool] = {}       # fd -> cut already
         self._received: dict[int, int] = {}
         self._busy = False
+        self._last_gone, self._last_trim = float("-inf"), 0.0
         self._stop = threading.Event()
         self._monitor = sock.get_monitor_socket(_EVENTS)
         self._thread = threading.Thread(target=self._run, name="phasewatchd-subguard",
@@ -57,6 +72,7 @@ class SubscriberGuard:
         poller.register(self._monitor, zmq.POLLIN)
         try:
             while not self._stop.is_set():
+                self._trim()
                 wait = (CHECK_BUSY_S if self._busy else CHECK_QUIET_S) if self._peers else 0.5
                 if poller.poll(wait * 1000):
                     self._event(recv_monitor_message(self._monitor))
@@ -76,6 +92,7 @@ class SubscriberGuard:
         else:
             self._peers.pop(fd, None)
             self._received.pop(fd, None)
+            self._last_gone = time.monotonic()
 
     def _check(self) -> None:
         busy = False
@@ -100,11 +117,20 @@ class SubscriberGuard:
             if dup.getsockname()[1] == self.port:
                 dup.shutdown(socket.SHUT_RDWR)
                 self.cut += 1
+                self._last_gone = time.monotonic()
                 self.say(f"{why}: its connection was closed")
         except (OSError, IndexError, TypeError):
             pass
         finally:
             dup.close()
+
+    def _trim(self) -> None:
+        """Hand the memory cut connections freed back to the system."""
+        now = time.monotonic()
+        if now < self._last_trim + TRIM_EVERY_S or self._last_trim > self._last_gone + TRIM_AFTER_S:
+            return
+        self._last_trim = now
+        _malloc_trim()
 
     def stop(self) -> None:
         self._stop.set()
@@ -132,3 +158,14 @@ def _bytes_received(fd: int, port: int) -> int:
     if len(info) < _BYTES_RECEIVED_AT + 8:
         return 0
     return _BYTES_RECEIVED.unpack_from(info, _BYTES_RECEIVED_AT)[0]
+
+
+def _malloc_trim() -> None:
+    """glibc's ``malloc_trim(0)``: free pages of every arena back to the
+    system; nothing where the C library has none."""
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+_LIBC = ctypes.CDLL(None)

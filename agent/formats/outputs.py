@@ -23,7 +23,7 @@ import os
 import stat
 import tempfile
 import time
-from typing import Iterable
+from typing import IO, Callable, Iterable
 
 from ..errors import UserError
 
@@ -200,6 +200,32 @@ class Output:
             self.close()
         else:
             self.discard()
+
+
+def write_all_or_none(files: Iterable[tuple[str, bool, Callable[[IO], object]]]) -> None:
+    """Write several files as one: ``(path, binary, write)`` each, ``write``
+    filling the file object it is given.  All are written and finished before
+    any is put in place, so a set that cannot be whole leaves the old files as
+    they were (a UserError names what failed).  The caller checks the paths
+    first (:func:`check_outputs`)."""
+    outputs: list[Output] = []
+    try:
+        for path, binary, write in files:
+            outputs.append(Output(path, binary=binary))
+            write(outputs[-1].stream)
+        for out in outputs:
+            out.finish()
+    except BaseException:
+        for out in outputs:
+            out.discard()
+        raise
+    failures = [out.failure for out in outputs if out.failure]
+    if failures:
+        for out in outputs:
+            out.discard()
+        raise UserError("; ".join(failures))
+    for out in outputs:
+        out.commit()
 
 
 def open_output(path: str, inputs: Iterable[str | None] = (), binary: bool = False) -> Output:

@@ -16,6 +16,7 @@ import time
 from typing import Callable, Sequence
 
 from ..errors import UserError
+from .child import SignalCatcher
 
 POLL_S = 0.1
 
@@ -74,33 +75,16 @@ class Attached:
         pass
 
 
-class InterruptWatch:
+class InterruptWatch(SignalCatcher):
     """Catches ``signals`` for an :class:`Attached` watch: the first ends the
     watch (the summary is still printed), a second the agent."""
 
     def __init__(self, attached: Attached, signals: Sequence[int]):
+        super().__init__(signals)
         self.attached = attached
-        self.signals = tuple(signals)
-        self.received: list[int] = []
-        self._previous: dict[int, object] = {}
 
-    def __enter__(self) -> "InterruptWatch":
-        for signum in self.signals:
-            self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous.clear()
-
-    @property
-    def interrupted(self) -> bool:
-        return bool(self.received)
-
-    def _handle(self, signum, frame) -> None:
-        self.received.append(int(signum))
-        if len(self.received) > 1:
+    def _caught(self, signum: int, count: int) -> None:
+        if count > 1:
             raise KeyboardInterrupt
         self.attached.interrupt()
 

@@ -395,23 +395,18 @@ class Child:
         poller.poll(None if timeout is None else max(1, int(timeout * 1000)))
 
 
-class SignalForwarder:
-    """While active, SIGINT/SIGTERM to the agent go to the command instead.
+class SignalCatcher:
+    """While active, ``signals`` sent to the agent are caught instead of
+    ending it.  ``received`` lists the signals that arrived, so the caller
+    knows it was interrupted and can still print its summary and close its
+    files; what each signal does is :meth:`_caught`'s."""
 
-    ``received`` lists the signals that arrived, so the caller knows it was
-    interrupted and can still print its summary and close its files;
-    ``forwarded`` lists what was sent on.  The first signal is passed on (a
-    terminal's Ctrl-C is not: the command, being in the terminal's foreground
-    process group, got it already); a second escalates to SIGKILL."""
-
-    def __init__(self, child: Child, signals: Sequence[int]):
-        self.child = child
+    def __init__(self, signals: Sequence[int]):
         self.signals = tuple(signals)
         self.received: list[int] = []
-        self.forwarded: list[int] = []
         self._previous: dict[int, object] = {}
 
-    def __enter__(self) -> "SignalForwarder":
+    def __enter__(self):
         for signum in self.signals:
             self._previous[signum] = signal.signal(signum, self._handle)
         return self
@@ -427,7 +422,27 @@ class SignalForwarder:
 
     def _handle(self, signum, frame) -> None:
         self.received.append(int(signum))
-        if len(self.received) > 1:
+        self._caught(int(signum), len(self.received))
+
+    def _caught(self, signum: int, count: int) -> None:
+        """The ``count``-th signal caught, ``signum``, has arrived."""
+        raise NotImplementedError
+
+
+class SignalForwarder(SignalCatcher):
+    """While active, SIGINT/SIGTERM to the agent go to the command instead.
+
+    ``forwarded`` lists what was sent on.  The first signal is passed on (a
+    terminal's Ctrl-C is not: the command, being in the terminal's foreground
+    process group, got it already); a second escalates to SIGKILL."""
+
+    def __init__(self, child: Child, signals: Sequence[int]):
+        super().__init__(signals)
+        self.child = child
+        self.forwarded: list[int] = []
+
+    def _caught(self, signum: int, count: int) -> None:
+        if count > 1:
             self._forward(signal.SIGKILL)
         elif not (signum == signal.SIGINT and _in_terminal_foreground()):
             self._forward(signum)

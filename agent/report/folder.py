@@ -7,7 +7,7 @@ import os
 
 from ..core.pipeline import Intervals
 from ..errors import UserError
-from ..formats.outputs import Output, check_outputs
+from ..formats.outputs import check_outputs, write_all_or_none
 from ..formats.results import PhaseSummary
 from ..live.phase_functions import PhaseFunctions
 from .figure import PhaseFigure
@@ -44,24 +44,7 @@ def write_report(out_dir: str, figure: PhaseFigure, title: str, notes: list[str]
              (png_path, True, lambda f: write_png(figure, title, f)),
              (os.path.join(out_dir, PLOTLY_FILE), False, lambda f: f.write(plotly_script()))]
     check_outputs([path for path, _, _ in files], inputs)
-    outputs: list[Output] = []
-    try:
-        for path, binary, write in files:
-            outputs.append(Output(path, binary=binary))
-            write(outputs[-1].stream)
-        for out in outputs:
-            out.finish()
-    except BaseException:
-        for out in outputs:
-            out.discard()
-        raise
-    failures = [out.failure for out in outputs if out.failure]
-    if failures:
-        for out in outputs:
-            out.discard()
-        raise UserError("; ".join(failures))
-    for out in outputs:
-        out.commit()
+    write_all_or_none(files)
     return [html_path, png_path]
 
 
