@@ -27,7 +27,7 @@ HEADROOM = 0.9
 RAISE_MARGIN = 0.8
 #: Register rates to choose from, highest first: divisors of 1 kHz, so that a
 #: lowered rate still ticks on whole milliseconds.
-RATES_HZ = (1000, 500, 250, 200, 100, 50, 25, 20, 10)
+RATES_HZ = (1000, 500, 250, 200, 100, 50, 25, 20, 10, 5, 2)
 
 
 @dataclass

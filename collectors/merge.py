@@ -182,7 +182,13 @@ class MergedSource:
 
     def _join(self, rows: SampleBatch) -> SampleBatch:
         self._samples += len(rows)
-        return asof_join(rows, self._regs, self.columns, self.tolerance_ns)
+        return asof_join(rows, self._regs, self.columns, self._tolerance())
+
+    def _tolerance(self) -> int:
+        """How late a reading may be: at least twice the longest period the
+        sampler has ticked at, which its budget may lower while it runs."""
+        longest = getattr(self.secondary, "longest_period_ns", 0)
+        return max(self.tolerance_ns, 2 * longest)
 
     def stats(self) -> dict[str, int]:
         """The rows are the primary's, so its losses are the stream's; readings

@@ -99,6 +99,8 @@ class Sampler:
         self.cpus = np.asarray(list(cpus), np.int32)
         self.readers = list(readers)
         self.period_ns = int(round(1e9 / rate_hz))
+        #: the longest period ticked at so far: readings up to this far apart
+        self.longest_period_ns = self.period_ns
         self.batch_ticks = batch_ticks
         self.max_ticks = max_ticks
         self.columns = [c for r in self.readers for c in r.columns]
@@ -260,6 +262,7 @@ class Sampler:
         """Tick at ``rate_hz`` from the next tick on (between batches)."""
         self.rate_hz = rate_hz
         self.period_ns = int(round(1e9 / rate_hz))
+        self.longest_period_ns = max(self.longest_period_ns, self.period_ns)
         self.metadata["sample_rate_hz"] = rate_hz
         if batch_ticks is not None:
             self.batch_ticks = batch_ticks

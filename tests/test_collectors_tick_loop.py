@@ -84,13 +84,13 @@ def test_the_rate_fits_the_register_share_of_the_budget():
     assert budget.fitting_rate(1000, 30e-6, 64) == 1000
     # Nothing fits: the lowest rate, never above what was asked for.
     assert budget.fitting_rate(1000, 1.0, 1) == budget.RATES_HZ[-1]
-    assert budget.fitting_rate(5, 1.0, 1) == 5
+    assert budget.fitting_rate(1, 1.0, 1) == 1
 
 
 def test_a_rate_over_budget_while_running_goes_down_a_step_or_more():
     assert budget.lower_rate(50, 0.0021) == 25          # just over: one step
     assert budget.lower_rate(100, 0.008) == 25          # four times over: 100 -> 25
-    assert budget.lower_rate(10, 0.01) == 10            # the bottom of the ladder
+    assert budget.lower_rate(2, 0.01) == 2              # the bottom of the ladder
 
 
 def test_the_sampler_measures_its_ticks_and_says_why_it_lowered_the_rate(tmp_path, library):
@@ -167,4 +167,20 @@ def test_the_sampler_gives_way_to_the_rest_of_the_agent_and_takes_it_back(tmp_pa
         assert idle["allowed_share_per_cpu"] == pytest.approx(budget.REGISTER_SHARE), idle
     finally:
         stop.set()
+        sampler.close()
+
+
+def test_registers_join_ip_samples_however_far_the_budget_lowers_their_rate(tmp_path, library):
+    from phasewatch.collectors.merge import MergedSource
+    write_msrs(tmp_path / "cpu0" / "msr", {"tsc": 1})
+    sampler = registry.open_sampler(registry.Host(msr_path=template(tmp_path)),
+                                    registry.Target(cpus=[0]))
+    merged = MergedSource.__new__(MergedSource)
+    merged.secondary, merged.tolerance_ns = sampler, registry.MERGE_TOLERANCE_NS
+    try:
+        sampler.set_rate(10)
+        assert merged._tolerance() == 200_000_000         # readings 100 ms apart
+        sampler.set_rate(25)                               # readings taken at 10 Hz still count
+        assert merged._tolerance() == 200_000_000
+    finally:
         sampler.close()

@@ -98,12 +98,12 @@ def test_run_source_msr_samples_voltage_and_pfreq_and_finds_the_two_halves(fake_
     template, flag = fake_msrs
     out, trace = tmp_path / "phases.jsonl", tmp_path / "run.arrow"
     # Wall-clock intervals: as many however much CPU a loaded host leaves the
-    # program; 500 ms, so that each holds several register readings at the
-    # 10-25 Hz the agent's budget leaves the register sampler on a virtual
+    # program; a second, so that each holds several register readings at the
+    # 2-25 Hz the agent's budget leaves the register sampler on a virtual
     # machine.
     proc = subprocess.run([str(BIN), "run", "--source", "msr", "--msr-path", template,
-                           "--interval-ms", "500", "--json", str(tmp_path / "s.json"), "--output", str(out), "--record", str(trace), "--",
-                           sys.executable, "-c", WORKLOAD, str(flag), "4.0"],
+                           "--interval-ms", "1000", "--json", str(tmp_path / "s.json"), "--output", str(out), "--record", str(trace), "--",
+                           sys.executable, "-c", WORKLOAD, str(flag), "6.0"],
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "s.json").read_text())
@@ -113,7 +113,7 @@ def test_run_source_msr_samples_voltage_and_pfreq_and_finds_the_two_halves(fake_
     assert "core voltage" not in summary["missing_signals"]
     assert "productive frequency" not in summary["missing_signals"]
     phases = [iv["phase"] for iv in map(json.loads, out.read_text().splitlines())]
-    assert len(phases) >= 12, phases
+    assert len(phases) >= 10, phases
     first, last = phases[0], phases[-1]
     assert first != last, phases
     head = next(i for i, p in enumerate(phases) if p != first)
