@@ -63,3 +63,26 @@ def pytest_terminal_summary(terminalreporter):
     if FUZZ_CASES:
         cases = ", ".join(f"{target} {n}" for target, n in sorted(FUZZ_CASES.items()))
         terminalreporter.write_line(f"fuzz cases run: {sum(FUZZ_CASES.values())} ({cases})")
+
+
+def mounted_tmpfs(folder: Path, size: str):
+    """A tmpfs of ``size`` at ``folder``: a real disk that fills."""
+    folder.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {proc.stderr.strip()}")
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+@pytest.fixture
+def tiny_filesystem(tmp_path):
+    """A 256 KiB tmpfs: a real full disk."""
+    yield from mounted_tmpfs(tmp_path / "tiny", "256k")
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 1 MiB tmpfs: a real disk that fills."""
+    yield from mounted_tmpfs(tmp_path / "small", "1m")

@@ -114,3 +114,14 @@ class Daemon:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def refused(*args, timeout: float = 120) -> str:
+    """phasewatchd ARGS must refuse to start: exit 2 and one line, which is returned."""
+    proc = subprocess.run([str(DAEMON), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]

@@ -12,14 +12,13 @@ import shutil
 import signal
 import socket
 import struct
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from daemonutil import DAEMON, Daemon, free_port, write_trace
+from daemonutil import Daemon, free_port, refused, write_trace
 from phasewatch.daemon.publish import MAX_MESSAGE_BYTES
 from phasewatch.daemon.subguard import PEER_BYTES
 from phasewatch.formats.trace import TraceReader
@@ -28,16 +27,6 @@ from phasewatch.formats.trace import TraceReader
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory) -> Path:
     return write_trace(tmp_path_factory.mktemp("hostile") / "one-cpu.arrow", samples=60_000)
-
-
-def refused_at_start(*argv) -> str:
-    proc = subprocess.run([str(DAEMON), *map(str, argv)], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    return lines[0]
 
 
 def rss_bytes(pid: int) -> int:
@@ -84,7 +73,7 @@ def collect_stderr(d: Daemon) -> StderrLines:
 
 @pytest.mark.parametrize("speed", ["nan", "inf", "1e-300", "-1"])
 def test_a_replay_speed_out_of_range_is_one_line(trace, speed):
-    line = refused_at_start("--replay", trace, "--replay-speed", speed,
+    line = refused("--replay", trace, "--replay-speed", speed,
                             "--metrics", f"127.0.0.1:{free_port()}")
     assert line.startswith(f"phasewatchd: --replay-speed {float(speed)}: give 0")
 
@@ -92,7 +81,7 @@ def test_a_replay_speed_out_of_range_is_one_line(trace, speed):
 def test_a_config_that_is_not_utf8_is_one_line_at_start(trace, tmp_path):
     config = tmp_path / "latin1.toml"
     config.write_bytes(b"# r\xe9glages\n[detector]\nthreshold = 0.2\n")
-    line = refused_at_start("--config", config, "--replay", trace)
+    line = refused("--config", config, "--replay", trace)
     assert "not UTF-8" in line and str(config) in line
 
 
@@ -101,7 +90,7 @@ def test_a_taken_metrics_port_is_one_line(trace):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        line = refused_at_start("--replay", trace, "--metrics", f"127.0.0.1:{port}",
+        line = refused("--replay", trace, "--metrics", f"127.0.0.1:{port}",
                                 "--zmq", f"tcp://127.0.0.1:{free_port()}")
     assert line == (f"phasewatchd: --metrics 127.0.0.1:{port}: cannot listen: "
                     f"Address already in use: give a free port")
@@ -115,7 +104,7 @@ def test_a_missing_or_garbage_certificate_is_one_line(trace, tmp_path, content):
         key.write_bytes(content)
     config = tmp_path / "tls.toml"
     config.write_text(f'[metrics]\ncertfile = "{cert}"\nkeyfile = "{key}"\n')
-    line = refused_at_start("--config", config, "--replay", trace,
+    line = refused("--config", config, "--replay", trace,
                             "--metrics", f"127.0.0.1:{free_port()}",
                             "--zmq", f"tcp://127.0.0.1:{free_port()}")
     assert line.startswith(f"phasewatchd: [metrics] certfile {cert}") and "cannot use it" in line
@@ -191,19 +180,6 @@ def test_sighups_from_the_first_moment_do_not_end_it(trace):
 
 
 # --- recording ----------------------------------------------------------------------
-
-@pytest.fixture
-def small_filesystem(tmp_path):
-    """A 1 MiB tmpfs: a real disk that fills."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here (needs root): {proc.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=True)
-
 
 def test_a_full_disk_keeps_the_complete_batches_and_says_so(trace, small_filesystem):
     with Daemon("--replay", trace, "--replay-speed", "2", "--record", small_filesystem) as d:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow.feather
 import pytest
-from daemonutil import DAEMON, PHASEWATCH, Daemon, free_port, write_trace
+from daemonutil import DAEMON, PHASEWATCH, Daemon, free_port, refused, write_trace
 
 from phasewatch.daemon import config as daemon_config
 from phasewatch.errors import UserError
@@ -22,16 +22,6 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory) -> Path:
     return write_trace(tmp_path_factory.mktemp("life") / "one-cpu.arrow", samples=60_000)
-
-
-def refused(*args) -> str:
-    proc = subprocess.run([str(DAEMON), *map(str, args)], capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize("body, words", [

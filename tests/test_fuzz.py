@@ -20,6 +20,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
+from cliutil import call
 from phasewatch.cli import main as cli
 from phasewatch.core.batch import CSV_COLUMNS, OPTIONAL_CSV_COLUMNS, RAW_DTYPES
 from phasewatch.core.params import DetectorParams, Params, histogram_params_of, interval_params_of
@@ -32,20 +33,9 @@ FUZZ = settings(max_examples=120, suppress_health_check=[HealthCheck.too_slow,
                                                          HealthCheck.data_too_large])
 
 
-def call(argv: list[str]) -> tuple[int, str, str]:
-    """``phasewatch ARGV`` in this process: (status, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = cli.main(argv)
-        except SystemExit as exc:       # argparse
-            status = exc.code
-    return status, out.getvalue(), err.getvalue()
-
-
 def check_run(argv: list[str], inputs: list[Path]) -> tuple[int, str, str]:
     before = {p: p.read_bytes() for p in inputs}
-    status, out, err = call(argv)
+    status, out, err = call(*argv)
     assert status in (0, 2), (status, err)
     assert "Traceback" not in err, err
     if status == 2:     # split on newlines only: a generated name may hold U+0085 or U+2028

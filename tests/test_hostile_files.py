@@ -5,13 +5,10 @@ and a full disk under each.  Each case is a real command on real files."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-
-import pytest
 
 from phasewatch.formats.sidetable import read_side_table
 from phasewatch.formats.tracefiles import open_trace
@@ -30,19 +27,6 @@ def one_line_refusal(proc: subprocess.CompletedProcess, match: str) -> None:
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert match in proc.stderr, proc.stderr
-
-
-@pytest.fixture
-def tiny_filesystem(tmp_path):
-    """A 256 KiB tmpfs: a real full disk."""
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here (needs root): {proc.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=True)
 
 
 def fill(directory: Path) -> Path:

@@ -5,8 +5,6 @@ status 2, no traceback, no hang, and no input changed."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import random
@@ -19,21 +17,11 @@ from pathlib import Path
 import pytest
 
 from daemonutil import free_port
-from phasewatch.cli import main as cli
+from cliutil import call
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "synthetic-skylake.csv"
 DAEMON = Path(sys.executable).parent / "phasewatchd"
-
-
-def call(*argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = cli.main([str(a) for a in argv])
-        except SystemExit as exc:
-            status = exc.code
-    return status, out.getvalue(), err.getvalue()
 
 
 def refused(*argv, inputs=(), match=None) -> str:

@@ -4,8 +4,6 @@ for a command that does not exist), and no input file changes."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -20,23 +18,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from phasewatch.cli import main as cli
+from cliutil import call
 from phasewatch.formats import metadata as md, outputs
 from phasewatch.formats.trace import META_KEY, TraceReader
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "synthetic-skylake.csv"
 BIN = Path(sys.executable).parent / "phasewatch"
-
-
-def call(*argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = cli.main([str(a) for a in argv])
-        except SystemExit as exc:
-            status = exc.code
-    return status, out.getvalue(), err.getvalue()
 
 
 def refused(*argv, inputs=(), status=2, match=None) -> str:
@@ -178,19 +166,6 @@ def test_run_recording_to_a_full_disk_still_prints_the_summary():
     assert "quality:" in proc.stderr and "trace: /dev/full" not in proc.stderr
     assert proc.stderr.splitlines()[-1] == \
         "phasewatch run: cannot write /dev/full: No space left on device"
-
-
-@pytest.fixture
-def tiny_filesystem(tmp_path):
-    """A 256 KiB tmpfs: a real full disk."""
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here (needs root): {proc.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", str(mnt)], check=True)
 
 
 def test_convert_onto_a_full_filesystem_keeps_the_old_file(tiny_filesystem):
