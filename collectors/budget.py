@@ -23,7 +23,12 @@ CPU_SHARE = 0.005
 REGISTER_SHARE = 0.002
 #: The agent aims this far below CPU_SHARE, so that the spread of its other
 #: threads' cost (a batch more or less in a second) does not take it over.
-HEADROOM = 0.9
+HEADROOM = 0.8
+#: What the rest of the agent is taken to cost, per CPU, until the sampler has
+#: measured it: about what IP sampling and the pipeline of ``run`` take on
+#: one CPU here (benchmarks/bench_run.py), so that the first seconds, when a
+#: short command spends much of its run, stay within the budget too.
+ASSUMED_REST_SHARE = 0.003
 RAISE_MARGIN = 0.8
 #: Register rates to choose from, highest first: divisors of 1 kHz, so that a
 #: lowered rate still ticks on whole milliseconds.
@@ -88,7 +93,8 @@ def fitting_rate(requested_hz: int, tick_cost_s: float, cpus: int,
     return fitting[0] if fitting else min(RATES_HZ[-1], requested_hz)
 
 
-def register_share(rest_share: float, share: float = REGISTER_SHARE) -> float:
+def register_share(rest_share: float = ASSUMED_REST_SHARE,
+                   share: float = REGISTER_SHARE) -> float:
     """What the budget leaves the register sampler, at most ``share``, when
     the rest of the agent (IP sampling, the pipeline, its outputs) takes
     ``rest_share`` of a core per CPU."""

@@ -16,6 +16,7 @@ per CPU.
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import select
 from typing import Iterator
@@ -33,6 +34,15 @@ NO_EVENT = pe.NO_EVENT
 
 #: group members a sample can carry, in batch column order
 COUNTED = ("instructions", "cycles", "tsc", "aperf", "mperf", "pperf")
+
+#: The reader wakes every this many samples per ring, or after POLL_MS at the
+#: latest (a trickle): about once a second at 1 kHz.  Each wake-up has a fixed
+#: cost that dominates the agent's CPU time (benchmarks/README.md); the price
+#: is that phases show up to a second after their interval ends.  POLL_MS is
+#: longer than the wake-ups' spacing so that a busy ring is read once a
+#: second, not twice (the timeout and the watermark drifting apart).
+WAKEUP_SAMPLES = 1000
+POLL_MS = 2000
 
 #: name -> (perf type, config)
 EVENTS = {
@@ -93,11 +103,11 @@ class PerfSource:
     """
 
     def __init__(self, pid: int | None = None, cpus: list[int] | None = None,
-                 rate_hz: int = 1000, wakeup: int = 64, event: str = "auto",
+                 rate_hz: int = 1000, wakeup: int = WAKEUP_SAMPLES, event: str = "auto",
                  counts: bool = True, msr_pmu: bool = True, include_kernel: bool = False,
                  enable_on_exec: bool = False, pages: int = 64,
                  cycles_hz: float | None = None, period: int | None = None,
-                 poll_ms: int = 100):
+                 poll_ms: int = POLL_MS):
         if pid is None and enable_on_exec:
             raise UserError("enable_on_exec needs a process to watch: give a pid")
         self.pid = pid
@@ -106,8 +116,9 @@ class PerfSource:
         self.wakeup = wakeup
         self.include_kernel = include_kernel
         self.enable_on_exec = enable_on_exec
-        self.poll_ms = poll_ms
+        self._poll_ms = poll_ms
         self._closed = False
+        self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._groups: list[_Group] = []
         self._specs = dict(EVENTS)
         self._value_index: dict[str, int] = {}
@@ -138,9 +149,16 @@ class PerfSource:
             "target": f"pid {pid}" if pid is not None else "cpus " + ",".join(map(str, self.cpus)),
             "clock": "CLOCK_MONOTONIC",
         }
+        self.poll_ms = self._poll_limit(pages)
         if not enable_on_exec:
             for group in self._groups:
                 pe.enable(group.leader)
+
+    def _poll_limit(self, pages: int) -> int:
+        """``poll_ms``, or less where the samples of that time would fill more
+        than half a ring (a high ``rate_hz``; a trickle of samples waits for it)."""
+        half_ring = pages * mmap.PAGESIZE // 2 // self._dtype.itemsize
+        return max(1, min(self._poll_ms, int(1000 * half_ring / self.rate_hz)))
 
     # --- opening ---------------------------------------------------------
 
@@ -243,11 +261,12 @@ class PerfSource:
 
     def batches(self) -> Iterator[SampleBatch]:
         poller = select.poll()
+        poller.register(self._wake, select.POLLIN)
         for ring in self._rings:
             poller.register(ring.fd, select.POLLIN)
         while not self._closed and not self._ended:
             events = poller.poll(self.poll_ms)
-            if any(ev & select.POLLHUP for _fd, ev in events):
+            if any(ev & select.POLLHUP for fd, ev in events if fd != self._wake):
                 self._ended = self._target_gone()
             batch = self.read()
             if len(batch):
@@ -276,8 +295,12 @@ class PerfSource:
             return True
 
     def stop(self) -> None:
-        """End :meth:`batches` within ``poll_ms`` (an attached watch interrupted)."""
+        """End :meth:`batches` now (an attached watch interrupted)."""
         self._ended = True
+        try:
+            os.eventfd_write(self._wake, 1)
+        except OSError:       # closed already
+            pass
 
     def stats(self) -> dict[str, int]:
         return {"samples": self.samples, "lost_samples": self.lost, "errors": 0,
@@ -289,6 +312,9 @@ class PerfSource:
             ring.close()
         self._rings = []
         self._close_fds()
+        if self._wake >= 0:
+            os.close(self._wake)
+            self._wake = -1
 
     def _close_fds(self) -> None:
         for group in self._groups:

@@ -268,9 +268,11 @@ def fit_register_rate(sampler, requested_hz: int) -> None:
     measuring itself, and lowers the rate further where it has to."""
     sampler.tick_cost(WARM_TICKS)        # page faults, cold caches: not counted
     cost = sampler.tick_cost(MEASURED_TICKS)
-    rate = budget.fitting_rate(requested_hz, cost, len(sampler.cpus))
+    allowed = budget.register_share()
+    rate = budget.fitting_rate(requested_hz, cost, len(sampler.cpus), allowed)
     sampler.share = budget.REGISTER_SHARE
-    sampler.set_register_rate(budget.RegisterRate(requested_hz, rate, cost, len(sampler.cpus)))
+    sampler.set_register_rate(budget.RegisterRate(requested_hz, rate, cost, len(sampler.cpus),
+                                                  allowed_share=allowed))
 
 
 def register_rate_of(source) -> dict | None:

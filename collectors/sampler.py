@@ -301,9 +301,10 @@ class Sampler:
         self._describe_rate()
 
     def _allowed_share(self) -> float:
-        """``share``, or less once the rest of the agent is known to leave less."""
+        """What the rest of the agent leaves of ``share``: as measured, once
+        it has been, and as assumed before."""
         if len(self._rest) < REST_WINDOWS:
-            return self.share
+            return budget.register_share(share=self.share)
         return budget.register_share(statistics.median(self._rest), self.share)
 
     def _requested_hz(self) -> int:

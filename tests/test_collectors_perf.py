@@ -47,6 +47,7 @@ def sample_child(argv, **kwargs):
     """Run argv to the end under a PerfSource; the batches, the child's
     executable mappings (seen while it ran) and its rusage."""
     child = Child.start(argv, pin=False)
+    kwargs.setdefault("wakeup", 64)     # batches while it runs, to see its mappings
     src = PerfSource(pid=child.pid, enable_on_exec=True, **kwargs)
     child.release()
     batches, maps = [], []

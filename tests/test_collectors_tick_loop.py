@@ -103,8 +103,10 @@ def test_the_sampler_measures_its_ticks_and_says_why_it_lowered_the_rate(tmp_pat
         assert chosen["requested_hz"] == 1000 and chosen["cpus"] == 2
         assert chosen["requested_tick_cost_us"] > 0
         # The rate fits the measured cost, and the sampler ticks at it.
+        # (what the budget leaves it while the rest of the agent is not yet measured)
+        assert chosen["allowed_share_per_cpu"] == budget.register_share()
         assert chosen["rate_hz"] == budget.fitting_rate(
-            1000, chosen["requested_tick_cost_us"] / 1e6, 2)
+            1000, chosen["requested_tick_cost_us"] / 1e6, 2, budget.register_share())
         assert sampler.metadata["sample_rate_hz"] == chosen["rate_hz"]
         assert sampler.period_ns == 1_000_000_000 // chosen["rate_hz"]
         assert chosen["lowered"] == (chosen["rate_hz"] < 1000)
@@ -115,10 +117,12 @@ def test_the_sampler_measures_its_ticks_and_says_why_it_lowered_the_rate(tmp_pat
 
 
 def test_what_the_rest_of_the_agent_takes_is_not_left_to_the_registers():
-    # The budget is 0.5 % with a tenth kept in hand: 0.45 % in all.
+    # The budget is 0.5 % with a fifth kept in hand: 0.4 % in all.
     assert budget.register_share(0.0) == budget.REGISTER_SHARE
-    assert budget.register_share(0.0035) == pytest.approx(0.001)
-    assert budget.register_share(0.006) == 0.0
+    assert budget.register_share(0.0025) == pytest.approx(0.0015)
+    assert budget.register_share(0.005) == 0.0
+    # Until the rest is measured, it is taken to cost 0.3 %.
+    assert budget.register_share() == pytest.approx(0.001)
     # A step up only where the ticks would still take at most 0.8 of the share.
     assert budget.higher_rate(10, 1000, 0.0005, 0.002) == 20        # 0.1 % at 20 Hz
     assert budget.higher_rate(20, 1000, 0.0014, 0.002) == 20        # 0.175 % at 25 Hz: no

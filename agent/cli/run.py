@@ -69,12 +69,6 @@ if TYPE_CHECKING:
 SAMPLE_RATE_HZ = 1000
 #: perf's own default ceiling (kernel.perf_event_max_sample_rate).
 MAX_RATE_HZ = 100_000
-#: The agent wakes every this many samples per CPU ring (or every POLL_MS),
-#: about once a second at 1 kHz.  Each wake-up has a fixed cost that
-#: dominates the agent's CPU time (benchmarks/README.md); the price is that
-#: phases show up to a second after their interval ends.
-WAKEUP_SAMPLES = 1000
-POLL_MS = 1000
 #: How long CMD runs before the kernels load (they take a third of a second of CPU).
 WARM_UP_AFTER_S = 0.1
 TOP_FUNCTIONS = 3
@@ -141,7 +135,7 @@ def run(args) -> int:
         source = open_source(args.source, pid=child.pid,
                              cpus=[child.cpu] if child.cpu is not None else None,
                              msr_path=args.msr_path, rate_hz=args.freq,
-                             enable_on_exec=True, wakeup=WAKEUP_SAMPLES, poll_ms=POLL_MS)
+                             enable_on_exec=True)
         try:
             return watch(args, child, source, relay)
         finally:
@@ -158,8 +152,7 @@ def attach(args) -> int:
     target = Attached(args.pid)
     check_arguments(args, target.path)
     source = open_source(args.source, pid=target.pid, cpus=None, msr_path=args.msr_path,
-                         rate_hz=args.freq, enable_on_exec=False, wakeup=WAKEUP_SAMPLES,
-                         poll_ms=POLL_MS)
+                         rate_hz=args.freq, enable_on_exec=False)
     return watch(args, target, source)
 
 
@@ -236,7 +229,6 @@ def watch(args, child: Child, source: Source, relay: TerminalRelay | None = None
             status = StatusLine(os.path.basename(child.argv[0]), enabled=relay is not None)
             live = LiveRun(feed, pipeline, sinks=sinks, trace=trace, functions=functions,
                            status=status, lost_samples=lambda: source.stats()["lost_samples"],
-                           every_second=tree.snapshot,
                            taps=[maps.before_feed, functions.take_threads, pinning,
                                  *([entries.add] if entries else []),
                                  *([profile.tap] if profile else [])])

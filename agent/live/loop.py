@@ -29,6 +29,10 @@ if TYPE_CHECKING:  # not imported at run time: a source thread starts before the
 #: Batches the queue holds; about a minute of samples at 1 kHz, 64 per batch.
 QUEUE_BATCHES = 1024
 _END = object()
+#: Seconds the consumer waits for a batch before it refreshes the status line
+#: anyway: longer than the sources' one-second batches, so that a busy run
+#: wakes once per batch and not also on a timeout that drifts beside it.
+POLL_S = 1.5
 
 
 class SourceThread:
@@ -85,7 +89,6 @@ class LiveRun:
                  sinks: Sequence[Sink] = (), trace: TraceWriter | None = None,
                  functions: PhaseFunctions | None = None, status: StatusLine | None = None,
                  lost_samples: Callable[[], int] = lambda: 0,
-                 every_second: Callable[[], None] = lambda: None,
                  taps: Sequence[Callable[[SampleBatch], None]] = ()):
         self.source = source
         self.pipeline = pipeline
@@ -94,13 +97,12 @@ class LiveRun:
         self.functions = functions
         self.status = status
         self.lost_samples = lost_samples
-        self.every_second = every_second
         self.taps = list(taps)
         self.phase: int | None = None
         self.stopped = False
 
-    def run(self, poll_s: float = 1.0) -> None:
-        next_tick = time.monotonic() + 1.0
+    def run(self, poll_s: float = POLL_S) -> None:
+        next_show = time.monotonic() + 1.0
         while not self.stopped:
             try:
                 batch = self.source.get(timeout=poll_s)
@@ -108,9 +110,8 @@ class LiveRun:
                 break
             if batch is not None:
                 self.consume(batch)
-            if time.monotonic() >= next_tick:
-                next_tick = time.monotonic() + 1.0
-                self.every_second()
+            if time.monotonic() >= next_show:
+                next_show = time.monotonic() + 1.0
                 self._show()
 
     def stop(self) -> None:

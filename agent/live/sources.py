@@ -21,10 +21,6 @@ from ..errors import UserError
 from ..formats import metadata as md
 
 CGROUP_ROOT = "/sys/fs/cgroup"
-#: The sources wake the daemon every this many samples per CPU ring, or every
-#: POLL_MS at the latest: about once a second at 1 kHz, as for ``run``.
-WAKEUP_SAMPLES = 1000
-POLL_MS = 1000
 
 
 def process_targets(config) -> list[tuple[str, int]]:
@@ -67,7 +63,7 @@ def live_metadata(source) -> dict:
 def open_process(config, target: str, pid: int):
     """(name, source, metadata, signals, target, pid) for one watched process."""
     source = open_source(config.source, pid=pid, msr_path=config.msr_path,
-                         rate_hz=config.rate_hz, wakeup=WAKEUP_SAMPLES, poll_ms=POLL_MS)
+                         rate_hz=config.rate_hz)
     return target, source, live_metadata(source), tuple(source.signals), target, pid
 
 
@@ -77,7 +73,7 @@ def open_live(config, warn) -> list[tuple[str, object, dict, tuple, str | None, 
         if config.cpus:
             cpus = None if config.cpus == "all" else list(config.cpus)
             source = open_source(config.source, cpus=cpus, msr_path=config.msr_path,
-                                 rate_hz=config.rate_hz, wakeup=WAKEUP_SAMPLES, poll_ms=POLL_MS)
+                                 rate_hz=config.rate_hz)
             opened.append(("cpus", source, live_metadata(source), tuple(source.signals), None,
                            None))
         for target, pid in process_targets(config):

@@ -463,9 +463,9 @@ class TreeSymbolizer:
     'bzip2 …; perl …'``, a compiler driver's ``cc1``) is named from its own
     objects, not its parent's.  ``watch`` reads the maps of the threads of a
     batch whose IPs are new to their process while they still run;
-    ``snapshot`` (every second) re-reads the maps of every live process of the
-    tree; ``learn_tree`` (:mod:`.tree_watch`, twice a second) reads those
-    of each process as it starts or execs."""
+    ``learn_tree`` reads those of each process as it starts or execs, and
+    ``snapshot`` re-reads those of every live process of the tree (both from
+    :mod:`.tree_watch`, once or twice a second)."""
 
     def __init__(self, root: Symbolizer):
         self.root = root
@@ -475,11 +475,12 @@ class TreeSymbolizer:
         # learn_tree runs on a thread of its own (live.tree_watch)
         self._lock = threading.RLock()
 
-    def learn_tree(self, pids: list[int]) -> None:
+    def learn_tree(self, pids: list[int]) -> bool:
         """Note every thread of the tree's processes ``pids`` (:func:`descendants`)
         and read the maps of each process new or exec'd since the last look:
         a child that ends before its samples reach the agent is still named
-        from its own objects."""
+        from its own objects.  Whether any process was new or exec'd."""
+        changed = False
         for pid in pids:
             try:
                 exe, tids = os.readlink(f"/proc/{pid}/exe"), os.listdir(f"/proc/{pid}/task")
@@ -491,6 +492,8 @@ class TreeSymbolizer:
                 if self._exe_of.get(pid) != exe:
                     self._exe_of[pid] = exe
                     self._of_process(pid).snapshot()
+                    changed = True
+        return changed
 
     @property
     def pid(self) -> int | None:
@@ -507,9 +510,13 @@ class TreeSymbolizer:
                 symbolizer.snapshot()
 
     @_locked
-    def snapshot(self) -> bool:
+    def snapshot(self, pids: list[int] | None = None) -> bool:
+        """Re-read the maps of the tree's processes ``pids`` (default: every
+        live one); whether any changed."""
+        if pids is None:
+            pids = descendants(self.root.pid) if self.root.pid is not None else []
         changed = False
-        for pid in descendants(self.root.pid) if self.root.pid is not None else ():
+        for pid in pids:
             changed |= self._of_process(pid).snapshot()
         return changed
 

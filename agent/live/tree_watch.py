@@ -1,9 +1,11 @@
-"""Watching a process tree, twice a second: for new processes and exec'd
-programs, so that their mappings are known before they end (samples reach the
-agent about once a second, after a short-lived child, a compiler pass or one
-command of a shell script, may have gone), and for what else looks at the
-tree (pinning).  One thread and one walk of /proc for both: each look costs
-a wake-up and the walk, which the budget of 0.5 % of a core counts."""
+"""Watching a process tree: for new processes and exec'd programs, so that
+their mappings are known before they end (samples reach the agent about once
+a second, after a short-lived child, a compiler pass or one command of a
+shell script, may have gone), for mappings that change (a library loaded,
+JIT code), and for what else looks at the tree (pinning).  One thread and one
+walk of /proc for all: each look costs a wake-up and the walk, which the
+budget of 0.5 % of a core counts, so a tree that stays the same is looked at
+once a second and one that changes twice."""
 
 from __future__ import annotations
 
@@ -13,15 +15,18 @@ from typing import Callable
 
 from .symbols import TreeSymbolizer, descendants
 
-#: Seconds between looks at the tree (a child that lives less is named only
+#: Seconds between looks at the tree after a look that found a new process or
+#: program, and after one that did not (a child that lives less is named only
 #: if its samples come while it runs).
 POLL_S = 0.5
+STEADY_POLL_S = 1.0
 
 
 class TreeWatch:
     def __init__(self, tree: TreeSymbolizer, also: list[Callable[[list[int]], None]] = (),
-                 poll_s: float = POLL_S):
-        self.tree, self.also, self.poll_s = tree, list(also), poll_s
+                 poll_s: float = POLL_S, steady_poll_s: float = STEADY_POLL_S):
+        self.tree, self.also = tree, list(also)
+        self.poll_s, self.steady_poll_s = poll_s, steady_poll_s
         self._ended = threading.Event()
         self._thread = threading.Thread(target=self._run, name="phasewatch-tree", daemon=True)
 
@@ -36,8 +41,9 @@ class TreeWatch:
     def _run(self) -> None:
         while True:
             pids = descendants(self.tree.pid) if self.tree.pid is not None else []
-            self.tree.learn_tree(pids)
+            changed = self.tree.learn_tree(pids)
+            self.tree.snapshot(pids)
             for look in self.also:
                 look(pids)
-            if self._ended.wait(self.poll_s):
+            if self._ended.wait(self.poll_s if changed else self.steady_poll_s):
                 return
