@@ -1,16 +1,21 @@
 """Energy per phase from the RAPL package counters (``/sys/class/powercap``).
 
 An :class:`EnergyMeter` reads every package zone's ``energy_uj`` on a thread
-every ``POLL_S`` (10 ms) and keeps the running total in microjoules, each
+every ``POLL_S`` (500 ms) and keeps the running total in microjoules, each
 counter's wrap at ``max_energy_range_uj`` undone (a wrap between two reads
-at most: at 10 ms that holds up to many kilowatts).  Readings carry
-CLOCK_MONOTONIC times, the clock of the samples, so an interval's energy is
-the total's rise between its start and end, interpolated between readings.
+at most: RAPL's counters wrap after a minute or more at full power).
+Readings carry CLOCK_MONOTONIC times, the clock of the samples.
 
-:class:`PhaseEnergy` is a sink: it keeps each complete interval's times,
-phase and instructions, and once the meter has stopped gives the energy of
-each interval and each phase.  The energy is the packages', not the
-program's alone: a phase's joules include whatever else those packages ran.
+:class:`PhaseEnergy` is a sink: it splits each reading window's energy among
+the phases of the intervals in it, by what it has learnt of their power, and
+gives each complete interval and each phase its energy.  The energy is the
+packages', not the program's alone: a phase's joules include whatever else
+those packages ran.
+
+Why not read every few milliseconds and interpolate: each reading is a
+wake-up of a thread, and a hundred a second cost several per cent of a core
+(``benchmarks/bench_run.py`` with ``--powercap-root``), against a budget of
+0.5 % for everything the agent does.
 """
 
 from __future__ import annotations
@@ -29,9 +34,9 @@ from ..errors import UserError
 if TYPE_CHECKING:  # the meter starts before the command does, ahead of numba
     from ..core.pipeline import Intervals
 
-POLL_S = 0.01
+POLL_S = 0.5
 #: Readings kept: ten minutes at POLL_S; intervals are settled long before.
-KEEP_READINGS = 60_000
+KEEP_READINGS = 1_200
 #: Instructions per "per 100M instructions" figure.
 PER_INSTRUCTIONS = 100_000_000
 
@@ -102,29 +107,45 @@ class EnergyMeter:
             self._t.append(t)
             self._uj.append(self._total_uj)
 
-    @property
-    def last_ns(self) -> int | None:
-        """When the latest reading was taken."""
-        with self._lock:
-            return self._t[-1] if self._t else None
-
     def series(self) -> tuple[np.ndarray, np.ndarray]:
         """Reading times (ns, CLOCK_MONOTONIC) and cumulative microjoules."""
         with self._lock:
             return np.array(self._t, np.int64), np.array(self._uj, np.float64)
 
-    def between(self, t_start_ns: np.ndarray, t_end_ns: np.ndarray) -> np.ndarray:
-        """Microjoules used between each pair of times (interpolated between
-        readings; times outside the readings count from the nearest one)."""
-        t, uj = self.series()
-        if len(t) < 2:
-            return np.full(len(t_start_ns), np.nan)
-        return np.interp(t_end_ns, t, uj) - np.interp(t_start_ns, t, uj)
+
+#: A phase takes part in a window's split as known once it has this much of
+#: a window's time behind its power estimate (a sliver of a window says little).
+MIN_ESTIMATE_SHARE = 0.1
+#: Time outside every interval of a target (before its first, between a
+#: daemon's targets' intervals) counts as a phase of its own, never kept.
+OUTSIDE = None
+
+
+class _Target:
+    """One target's intervals waiting for their energy, and what is known of
+    each of its phases' power."""
+
+    def __init__(self):
+        self.pending: list[list] = []   # [index, phase, t0, t1, instructions, µJ]
+        self.known_until = 0            # the latest interval end received
+        self.done_until: int | None = None    # the end of the last window split
+        self.power: dict = {}           # phase -> [µJ, ns] of the windows it had alone
 
 
 class PhaseEnergy:
-    """A sink giving each complete interval its energy once the meter has
-    read past the interval's end, and adding it to the interval's phase.
+    """A sink giving each complete interval its energy and adding it to the
+    interval's phase.
+
+    The meter reads the counters a few times a second, so a reading window
+    spans several intervals, and where a phase changes inside one, how its
+    energy divides is not read but estimated: each phase's power is learnt
+    from the windows it had alone (or as the one phase of a window whose
+    other phases' power is known), and each window's energy is split among
+    the phases in it in proportion to their power times their time in it
+    (by time alone among phases not yet known), then among each phase's
+    intervals by their time.  A window's energy is split once, so totals only
+    grow.  Exact where each phase draws a steady power; time outside the
+    target's intervals takes its share and is dropped.
 
     ``clock_ns`` maps the samples' times to CLOCK_MONOTONIC (a paced
     replay's); as a listener of the daemon's targets (:meth:`listen`) the
@@ -133,7 +154,7 @@ class PhaseEnergy:
     def __init__(self, meter: EnergyMeter, keep_intervals: bool = True):
         self.meter = meter
         self.keep_intervals = keep_intervals    # per-interval energy, for a profile
-        self._pending: list[tuple] = []
+        self._targets: dict[str, _Target] = {}
         self._lock = threading.Lock()
         self.intervals: list[tuple[int, int, int, float]] = []  # index, t0, t1, µJ
         self.phase_uj: dict[tuple[str, int], float] = {}
@@ -143,13 +164,15 @@ class PhaseEnergy:
     def write(self, intervals: Intervals, target: str = "", clock_ns=None) -> None:
         if len(intervals) == 0 or intervals.partial:
             return
-        t0, t1 = intervals.t_start_ns.copy(), intervals.t_end_ns.copy()
+        t0, t1 = intervals.t_start_ns.tolist(), intervals.t_end_ns.tolist()
         if clock_ns is not None:
-            t0 = np.array([clock_ns(int(t)) for t in t0.tolist()], np.int64)
-            t1 = np.array([clock_ns(int(t)) for t in t1.tolist()], np.int64)
+            t0, t1 = [clock_ns(int(t)) for t in t0], [clock_ns(int(t)) for t in t1]
         with self._lock:
-            self._pending.append((target, intervals.index.copy(), intervals.phase.copy(),
-                                  t0, t1, intervals.instructions.copy()))
+            state = self._targets.setdefault(target, _Target())
+            for row in zip(intervals.index.tolist(), intervals.phase.tolist(), t0, t1,
+                           intervals.instructions.tolist()):
+                state.pending.append([*row, 0.0])
+            state.known_until = max(state.known_until, max(t1))
         self.settle()
 
     def listen(self, target: str, intervals: Intervals, changes, previous, clock_ns=None) -> None:
@@ -159,38 +182,80 @@ class PhaseEnergy:
     def close(self) -> None:
         pass
 
-    def settle(self) -> None:
-        """Give their energy to the intervals that end before the latest reading."""
-        last = self.meter.last_ns
-        if last is None:
-            return
+    def settle(self, final: bool = False) -> None:
+        """Split the windows whose intervals are all known (every window,
+        ``final``), and hand over the intervals they complete."""
+        t, uj = self.meter.series()
         with self._lock:
-            ready = [p for p in self._pending if p[4][-1] <= last]
-            self._pending = [p for p in self._pending if p[4][-1] > last]
-            for target, index, phase, t0, t1, instructions in ready:
-                self._add(target, index, phase, t0, t1, instructions)
+            for target, state in self._targets.items():
+                self._split_windows(target, state, t, uj, final)
 
     def finish(self) -> None:
         """Stop the meter (a last reading) and settle every interval."""
         self.meter.stop()
-        with self._lock:
-            pending, self._pending = self._pending, []
-            for target, index, phase, t0, t1, instructions in pending:
-                self._add(target, index, phase, t0, t1, instructions)
+        self.settle(final=True)
 
-    def _add(self, target, index, phase, t0, t1, instructions) -> None:
-        uj = self.meter.between(t0, t1)
-        for i, p, a, b, e, n in zip(index.tolist(), phase.tolist(), t0.tolist(), t1.tolist(),
-                                    uj.tolist(), instructions.tolist()):
-            if e != e:  # NaN: fewer than two readings
-                continue
-            key = (target, p)
-            if self.keep_intervals:
-                self.intervals.append((i, a, b, e))
-            self.phase_uj[key] = self.phase_uj.get(key, 0.0) + e
-            if n > 0:
-                self.phase_instructions[key] = self.phase_instructions.get(key, 0) + n
-                self.phase_counted_uj[key] = self.phase_counted_uj.get(key, 0.0) + e
+    # --- splitting -------------------------------------------------------
+
+    def _split_windows(self, target: str, state: _Target, t, uj, final: bool) -> None:
+        if not state.pending or len(t) < 2:
+            return
+        if state.done_until is None:
+            first = state.pending[0][2]
+            state.done_until = int(t[max(0, np.searchsorted(t, first, side="right") - 1)])
+        k = int(np.searchsorted(t, state.done_until, side="left"))
+        while k + 1 < len(t) and (final or t[k + 1] <= state.known_until):
+            self._split(state, int(t[k]), int(t[k + 1]), float(uj[k + 1] - uj[k]))
+            state.done_until = int(t[k + 1])
+            k += 1
+        done = [row for row in state.pending if final or row[3] <= state.done_until]
+        state.pending = [row for row in state.pending if not (final or row[3] <= state.done_until)]
+        for index, phase, t0, t1, instructions, e in done:
+            self._complete(target, index, phase, t0, t1, instructions, e)
+
+    def _split(self, state: _Target, a: int, b: int, energy: float) -> None:
+        overlap = [(row, min(row[3], b) - max(row[2], a)) for row in state.pending]
+        overlap = [(row, ns) for row, ns in overlap if ns > 0]
+        times: dict = {}
+        for row, ns in overlap:
+            times[row[1]] = times.get(row[1], 0) + ns
+        outside = (b - a) - sum(times.values())
+        if outside > (b - a) * 0.01:
+            times[OUTSIDE] = outside
+        shares = self._shares(state, times, energy, b - a)
+        for row, ns in overlap:
+            row[5] += shares[row[1]] * ns / times[row[1]]
+
+    def _shares(self, state: _Target, times: dict, energy: float, window: int) -> dict:
+        """Each phase's part of a window's ``energy`` (µJ), given its time in it."""
+        power = {p: e / ns for p, (e, ns) in state.power.items()
+                 if ns >= MIN_ESTIMATE_SHARE * window}
+        known = {p: power[p] * ns for p, ns in times.items() if p in power}
+        unknown = {p: ns for p, ns in times.items() if p not in power}
+        expected = sum(known.values())
+        if not unknown or expected > energy:    # scaled to what was read
+            scale = energy / expected if expected > 0 else 0.0
+            shares = {p: e * scale for p, e in known.items()}
+            shares.update({p: 0.0 for p in unknown})
+        else:
+            left, unknown_ns = energy - expected, sum(unknown.values())
+            shares = {**known, **{p: left * ns / unknown_ns for p, ns in unknown.items()}}
+        if len(unknown) == 1 or len(times) == 1:   # what this window says of a power
+            learnt = next(iter(unknown)) if len(unknown) == 1 else next(iter(times))
+            if learnt is not OUTSIDE:
+                sums = state.power.setdefault(learnt, [0.0, 0])
+                sums[0] += shares[learnt]
+                sums[1] += times[learnt]
+        return shares
+
+    def _complete(self, target, index, phase, t0, t1, instructions, e) -> None:
+        key = (target, phase)
+        if self.keep_intervals:
+            self.intervals.append((index, t0, t1, e))
+        self.phase_uj[key] = self.phase_uj.get(key, 0.0) + e
+        if instructions > 0:
+            self.phase_instructions[key] = self.phase_instructions.get(key, 0) + instructions
+            self.phase_counted_uj[key] = self.phase_counted_uj.get(key, 0.0) + e
 
     def per_interval_uj(self) -> dict[int, float]:
         """Microjoules by interval index."""
