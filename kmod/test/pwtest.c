@@ -892,12 +892,98 @@ static void check_idle(int fd, char *summary, size_t len)
 	close(go[1]);
 }
 
-int main(void)
+/* --- cost: how long a tick takes on the CPU it samples ------------------ */
+
+#define COST_CPUS_MAX	64
+#define TRACING		"/sys/kernel/tracing"
+
+/* Spin on every CPU at once for @s seconds, in children pinned one a CPU. */
+static void spin_everywhere(int ncpus, double s)
+{
+	pid_t pids[COST_CPUS_MAX];
+
+	for (int cpu = 0; cpu < ncpus; cpu++) {
+		pids[cpu] = fork();
+		if (pids[cpu] < 0)
+			fail("fork: %s", strerror(errno));
+		if (pids[cpu] == 0) {
+			pin_to_cpu(cpu);
+			busy_loop(s);
+			_exit(0);
+		}
+	}
+	for (int cpu = 0; cpu < ncpus; cpu++)
+		waitpid(pids[cpu], NULL, 0);
+}
+
+static void shell(const char *command)
+{
+	if (system(command))
+		fail("%s: failed", command);
+}
+
+/*
+ * Sample all tasks on every CPU at 1 kHz while every CPU spins, with the
+ * function_graph tracer timing each pw_tick (entry to return, on its CPU),
+ * and print how many ticks were timed and their mean and percentiles in µs.
+ * "spin" is one CPU's busy-loop rate, alone, to set against the host's
+ * (pwtest spin on the host): under TCG the guest's time is the emulator's.
+ */
+static int cost(double s)
+{
+	int ncpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned long spins;
+	struct pw_config c;
+	struct pw_stats st;
+	int fd;
+
+	if (ncpus > COST_CPUS_MAX)
+		ncpus = COST_CPUS_MAX;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	printf("\n");
+	pin_to_cpu(0);
+	spins = busy_loop(1.0);
+	if (system("insmod /phasewatch.ko"))
+		fail("insmod");
+	fd = open(DEV, O_RDWR);
+	if (fd < 0)
+		fail("open: %s", strerror(errno));
+	c = config(ncpus >= 64 ? ~0ULL : (1ULL << ncpus) - 1, 0, 4096, 0);
+	configure(fd, &c);
+	shell("mount -t tracefs tracefs " TRACING);
+	shell("echo pw_tick > " TRACING "/set_ftrace_filter");
+	shell("echo function_graph > " TRACING "/current_tracer");
+	shell("echo 1 > " TRACING "/tracing_on");
+	start(fd);
+	spin_everywhere(ncpus, s);
+	stop(fd);
+	shell("echo 0 > " TRACING "/tracing_on");
+	st = stats(fd);
+	printf("COST cpus=%d seconds=%.1f ticks=%llu missed=%llu spin=%lu/s\n", ncpus, s,
+	       (unsigned long long)st.ticks, (unsigned long long)st.missed, spins);
+	/* "  3.456 us    |  pw_tick [phasewatch]();": the number before "us" */
+	shell("awk '/pw_tick/ { for (i = 1; i < NF; i++) if ($(i + 1) == \"us\") print $i }' "
+	      TRACING "/trace | sort -n > /tick_us");
+	shell("awk '{ v[NR] = $1; sum += $1 } END { if (NR == 0) { print \"COST timed=0\"; exit } "
+	      "printf \"COST timed=%d mean_us=%.2f p50_us=%.2f p90_us=%.2f p99_us=%.2f\\n\", NR, "
+	      "sum / NR, v[int(NR * 0.5) + 1], v[int(NR * 0.9) + 1], v[int(NR * 0.99) + 1] }' /tick_us");
+	close(fd);
+	return 0;
+}
+
+int main(int argc, char **argv)
 {
 	char sampling[256], lost[128], hotplug[64], cap[64], idle[128];
 	struct pw_config c;
 	int fd, fd2;
 
+	if (argc == 3 && !strcmp(argv[1], "spin")) {
+		pin_to_cpu(0);
+		printf("spin=%lu/s\n", busy_loop(atof(argv[2])) / (unsigned long)atof(argv[2]));
+		return 0;
+	}
+	if (argc == 3 && !strcmp(argv[1], "cost"))
+		return cost(atof(argv[2]));
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("\n");	/* the firmwares leave the console mid-line */
 	check_group_parameter();
