@@ -208,10 +208,13 @@ class PhaseEnergy:
             self._split(state, int(t[k]), int(t[k + 1]), float(uj[k + 1] - uj[k]))
             state.done_until = int(t[k + 1])
             k += 1
-        done = [row for row in state.pending if final or row[3] <= state.done_until]
-        state.pending = [row for row in state.pending if not (final or row[3] <= state.done_until)]
-        for index, phase, t0, t1, instructions, e in done:
-            self._complete(target, index, phase, t0, t1, instructions, e)
+        waiting = []
+        for row in state.pending:
+            if final or row[3] <= state.done_until:
+                self._complete(target, *row)
+            else:
+                waiting.append(row)
+        state.pending = waiting
 
     def _split(self, state: _Target, a: int, b: int, energy: float) -> None:
         overlap = [(row, min(row[3], b) - max(row[2], a)) for row in state.pending]

@@ -978,8 +978,12 @@ int main(int argc, char **argv)
 	int fd, fd2;
 
 	if (argc == 3 && !strcmp(argv[1], "spin")) {
+		double secs = atof(argv[2]);
+
+		if (secs <= 0)
+			fail("spin: give the seconds to spin, more than 0");
 		pin_to_cpu(0);
-		printf("spin=%lu/s\n", busy_loop(atof(argv[2])) / (unsigned long)atof(argv[2]));
+		printf("spin=%.0f/s\n", busy_loop(secs) / secs);
 		return 0;
 	}
 	if (argc == 3 && !strcmp(argv[1], "cost"))
