@@ -22,6 +22,7 @@ from phasewatch.core.pipeline import Pipeline
 from phasewatch.formats.pprof import write_profile
 from phasewatch.formats.trace import TraceReader
 from phasewatch.live.phase_profile import PhaseProfile
+from phasewatch.core.driver import Driver
 from phasewatch.live.symbols import Symbolizer
 
 INTERVAL = 100_000_000
@@ -38,12 +39,7 @@ def replay(batches, meta, profile: PhaseProfile | None) -> float:
     params = Params(histograms=histogram_params_of(meta), detector=DetectorParams(detector="vpf-ip"))
     pipeline = Pipeline(params, meta["base_freq_mhz"])
     t0 = time.perf_counter()
-    if profile is None:
-        for batch in batches:
-            pipeline.feed(batch)
-    else:
-        for _ in profile.fed(batches, pipeline):
-            pass
+    Driver(pipeline, [profile] if profile is not None else []).run(batches)
     return time.perf_counter() - t0
 
 

@@ -122,9 +122,9 @@ def test_live_mappings_of_a_real_process_are_recorded_and_replayed(tmp_path):
                              "cpu": np.zeros(2, np.int32), "tid": np.full(2, proc.pid, np.int32),
                              "ip": np.array([ip, ip], np.uint64)})
         assert pipeline.code_map.unknown(batch["ip"], batch["t_ns"]).all()
-        maps.before_feed(batch)
+        maps.batch(batch)
         assert not pipeline.code_map.unknown(batch["ip"], batch["t_ns"]).any()
-        maps.before_feed(batch)          # nothing new: no second read
+        maps.batch(batch)          # nothing new: no second read
         assert maps.rereads == 1
         writer.close()
     finally:

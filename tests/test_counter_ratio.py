@@ -124,12 +124,11 @@ def test_the_daemon_takes_the_tolerance_from_its_config(tmp_path):
     import pytest
 
     from phasewatch.daemon import config as daemon_config
-    from phasewatch.daemon.service import detector_params
     from phasewatch.errors import UserError
 
     path = tmp_path / "phasewatch.toml"
     path.write_text("[detector]\nname = \"vpf-ip\"\ncpi_tolerance = 0.2\n")
-    assert detector_params(daemon_config.load(str(path))).cpi_tolerance == 0.2
+    assert daemon_config.load(str(path)).settings().detector_params().cpi_tolerance == 0.2
     path.write_text("[detector]\ncpi_tolerance = -1\n")
     with pytest.raises(UserError, match="cpi_tolerance"):
         daemon_config.load(str(path))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 import pyarrow.feather
+import pyarrow.ipc
 import pytest
 from daemonutil import DAEMON, PHASEWATCH, Daemon, free_port, refused, write_trace
 
@@ -162,3 +164,42 @@ def test_readiness_and_watchdog_pings_reach_notify_socket(trace, tmp_path):
         proc.kill()
         proc.wait()
         listener.close()
+
+
+def test_phasewatchd_refuses_a_folder_as_its_config_in_one_line(tmp_path):
+    line = refused("--config", tmp_path)
+    assert line == f"phasewatchd: cannot read config {tmp_path}: not a regular file: give a TOML file"
+
+
+def detector_choices(parser) -> tuple[str, ...]:
+    return next(a.choices for a in parser._actions if "--detector" in a.option_strings)
+
+
+def test_phasewatchd_takes_every_detector_run_takes():
+    """run's --detector, phasewatchd's and the config's [detector] name all
+    read the one registry of sample detectors."""
+    from phasewatch.cli import main as cli_main, phasewatchd
+    from phasewatch.core.detectors import SAMPLE_DETECTORS
+    run = cli_main.build_parser(["run"])
+    run_parser = next(a for a in run._actions if a.dest == "command").choices["run"]
+    assert tuple(detector_choices(run_parser)) == SAMPLE_DETECTORS
+    assert tuple(detector_choices(phasewatchd.build_parser())) == SAMPLE_DETECTORS
+    for name in SAMPLE_DETECTORS:
+        assert daemon_config.from_dict({"detector": {"name": name}}).detector == name
+
+
+@pytest.mark.parametrize("how", ["flag", "config"])
+def test_phasewatchd_detects_with_the_fold_detector_run_offers(trace, tmp_path, how):
+    """vpf-ip-fold, by flag or config, is the detector a recording says it used."""
+    record = tmp_path / "rec"
+    record.mkdir()
+    config = tmp_path / "d.toml"
+    config.write_text('[detector]\nname = "vpf-ip-fold"\n' if how == "config" else "")
+    flags = ["--detector", "vpf-ip-fold"] if how == "flag" else []
+    with Daemon("--config", config, "--replay", trace, "--replay-speed", "0", "--record", record,
+                *flags) as d:
+        d.wait_ready()
+        d.wait_metric("phasewatch_intervals_total", lambda v: v >= 50, target="cpu0")
+    [recorded] = record.glob("*.arrow")
+    meta = json.loads(pyarrow.ipc.open_file(recorded).schema.metadata[b"phasewatch"])
+    assert meta["detection"]["detector"] == "vpf-ip-fold"

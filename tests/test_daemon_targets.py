@@ -9,13 +9,14 @@ import psutil
 import pytest
 
 from phasewatch.core.batch import SampleBatch, concat
+from phasewatch.core.driver import Driver
+from phasewatch.core.source import Sink
 from phasewatch.core.params import DetectorParams, Params, histogram_params_of, interval_params_of
 from phasewatch.core.pipeline import Pipeline
 from phasewatch.daemon.metrics import DaemonCounts, PhasewatchCollector, registry_for
 from phasewatch.daemon.targets import Targets
 from phasewatch.formats import synthetic
 from phasewatch.live.host_signals import HostSignals
-from phasewatch.live.loop import LiveRun, SourceThread
 
 INTERVAL = 100_000_000
 
@@ -37,10 +38,14 @@ def test_each_cpu_gets_the_phases_its_own_replay_finds():
     order = np.argsort(both["t_ns"], kind="stable")
     mixed = SampleBatch({n: c[order] for n, c in both.columns.items()})
     seen = {}
-    targets = Targets(meta, params(meta),
-                      listeners=[lambda t, iv, *_: seen.setdefault(t, []).extend(iv.phase.tolist())])
+
+    class Seen(Sink):
+        def classified(self, c):
+            seen.setdefault(c.stream, []).extend(c.intervals.phase.tolist())
+    targets = Targets(meta, params(meta))
+    driver = Driver(targets, [targets, Seen()])
     for start in range(0, len(mixed), 997):
-        targets.feed(mixed.slice(start, start + 997))
+        driver.take(mixed.slice(start, start + 997))
     for name, alone in (("cpu0", a), ("cpu1", b)):
         expected = Pipeline.for_trace(meta, params(meta)).feed(alone).phase.tolist()
         assert seen[name] == expected
@@ -52,7 +57,8 @@ def test_each_cpu_gets_the_phases_its_own_replay_finds():
 def test_phases_beyond_the_cap_are_retired_and_counted():
     meta = synthetic.metadata(INTERVAL)
     targets = Targets(meta, params(meta, max_phases=2))
-    intervals = targets.feed(example())
+    [done] = Driver(targets, [targets]).take(example())
+    intervals = done.intervals
     state = targets.snapshot()[0]
     assert state.phases <= 2
     assert state.phases_retired >= 2                  # four phases, two kept at a time
@@ -69,8 +75,9 @@ def test_phases_beyond_the_cap_are_retired_and_counted():
 def test_targets_that_end_leave_after_the_grace_period():
     meta = synthetic.metadata(INTERVAL, cpus=2)
     targets = Targets(meta, params(meta), grace_s=60)
-    targets.feed(example(1, cpu=0).slice(0, 500))
-    targets.feed(example(2, cpu=1).slice(0, 500))
+    driver = Driver(targets, [targets])
+    driver.take(example(1, cpu=0).slice(0, 500))
+    driver.take(example(2, cpu=1).slice(0, 500))
     now = targets.by_name["cpu1"].last_seen
     assert targets.forget_ended(now + 30) == []
     targets.by_name["cpu0"].last_seen = now + 50
@@ -117,16 +124,18 @@ def test_a_day_of_samples_keeps_the_resident_set_flat():
     rss = []
     proc = psutil.Process()
 
-    def measure(batch, count=[0]):
-        count[0] += 1
-        if count[0] % 1000 == 0:
-            host.tick()
-            list(registry.collect())
-            rss.append(proc.memory_info().rss)
+    class Measure(Sink):
+        count = 0
 
-    live = LiveRun(SourceThread(iter(())), targets, taps=[host.feed, measure])
-    for batch in day.batches():        # the live loop's step, without a queue to drop from
-        live.consume(batch)
+        def batch(self, batch):
+            self.count += 1
+            if self.count % 1000 == 0:
+                host.tick()
+                list(registry.collect())
+                rss.append(proc.memory_info().rss)
+
+    # the live loop's driver, without a queue to drop from
+    Driver(targets, [host, Measure(), targets]).run(day.batches())
     state = targets.snapshot()[0]
     assert targets.samples >= 86_400_000
     assert state.intervals > 2_000_000

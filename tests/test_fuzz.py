@@ -354,7 +354,8 @@ config_value = st.one_of(
                      "100000000000000000000000", '"x"', "[]", "[1, 2]", "true", "{}", '"all"',
                      "[" * 200 + "]" * 200, '"tcp://127.0.0.1:1"', '"127.0.0.1:0"']),
     st.integers(-2**70, 2**70).map(str), st.floats(allow_nan=False).map(repr))
-config_key = st.sampled_from([(t, k) for t, keys in daemon_config.SCHEMA.items() for k in keys]
+config_key = st.sampled_from([(t, k) for t, table in daemon_config.TABLES.items()
+                              for k in table.__struct_fields__]
                              + [("source", "bogus"), ("sinks", "x")])
 
 

@@ -20,9 +20,10 @@ RANKS = {
     "phasewatch": 0, "phasewatch.errors": 0, "phasewatch.console": 0,
     "phasewatch.core": 1,
     "phasewatch.formats": 2, "phasewatch.collectors": 2,
-    "phasewatch.live": 3, "phasewatch.replay": 3, "phasewatch.simpoint": 3,
-    "phasewatch.report": 4, "phasewatch.daemon": 4, "phasewatch.dashboards": 4,
-    "phasewatch.cli": 5,
+    "phasewatch.live": 3, "phasewatch.simpoint": 3,
+    "phasewatch.replay": 4,
+    "phasewatch.report": 5, "phasewatch.daemon": 5, "phasewatch.dashboards": 5,
+    "phasewatch.cli": 6,
 }
 #: Modules that start a program: the only ones that may import a command.
 ENTRY_POINTS = {"phasewatch.cli.main", "phasewatch.cli.__main__", "phasewatch.cli.phasewatchd",

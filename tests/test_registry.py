@@ -24,7 +24,7 @@ from phasewatch.collectors.sampler import Sampler
 from phasewatch.core.batch import MISSING, SampleBatch
 from phasewatch.core.source import STATS_KEYS, Reader, Sink, Source
 from phasewatch.errors import UserError
-from phasewatch.formats.results import JsonLinesSink, PhaseSummary
+from phasewatch.formats.results import PhaseSummary, ResultsSink
 
 BIN = Path(sys.executable).parent / "phasewatch"
 BUSY = "import time\nend = time.monotonic() + 0.5\nwhile time.monotonic() < end: pass"
@@ -135,7 +135,7 @@ def test_every_live_source_and_reader_keeps_its_contract(fake_msr):
         perf.close()
         system_wide.close()
     assert isinstance(MsrReader([0], ("tsc",), fake_msr), Reader)
-    for sink in (JsonLinesSink(io.StringIO()), PhaseSummary()):
+    for sink in (ResultsSink(io.StringIO()), PhaseSummary()):
         assert isinstance(sink, Sink)
 
 

@@ -250,8 +250,9 @@ def test_200000_intervals_are_drawn_in_at_most_2000_columns(browser, tmp_path):
                               np.zeros(k))
         iv = Intervals(np.arange(lo, lo + k), t, t + 100_000_000, block.instructions,
                        block.cycles, block.samples, rng.random(k) * 0.2, which,
-                       np.zeros(k, np.bool_), np.zeros(k), np.zeros(k))
-        recorder(block, iv)
+                       np.zeros(k, np.bool_), np.zeros(k), np.zeros(k),
+                       profiles=block.profiles, segment_samples=block.segment_samples)
+        recorder.add(iv)
     iv = recorder.intervals()
     figure = recorder.figure(iv.phase, iv.distance, iv.new_phase)
     assert figure.columns <= 2000 and figure.per_column == 128

@@ -39,8 +39,9 @@ def recorded(n: int = 1000, seed: int = 2) -> tuple[FigureRecorder, Intervals]:
     block = IntervalBlock(t, t + 100_000_000, k, k, k, profiles, np.full((n, 3), 100),
                           np.zeros(n), np.zeros(n))
     iv = Intervals(np.arange(n), t, t + 100_000_000, k, k, k, rng.random(n) * 0.2, which,
-                   np.zeros(n, np.bool_), np.zeros(n), np.zeros(n))
-    recorder(block, iv)
+                   np.zeros(n, np.bool_), np.zeros(n), np.zeros(n),
+                   profiles=block.profiles, segment_samples=block.segment_samples)
+    recorder.add(iv)
     return recorder, recorder.intervals()
 
 

@@ -1,4 +1,4 @@
-"""The JSON Lines writer: byte for byte what one ``json.dumps`` per interval writes."""
+"""The results writer: byte for byte what one ``json.dumps`` per interval writes."""
 
 import io
 import json
@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, strategies as st
 
 from phasewatch.core.pipeline import Intervals
-from phasewatch.formats.results import JSON_KEYS, JsonLinesSink
+from phasewatch.formats.results import JSON_KEYS, ResultsSink
 
 
 def dumps_per_interval(iv: Intervals) -> str:
@@ -33,11 +33,11 @@ def written(iv: Intervals, binary: bool) -> str:
     if binary:
         raw = io.BytesIO()
         stream = io.TextIOWrapper(raw, encoding="utf-8")
-        JsonLinesSink(stream).write(iv)
+        ResultsSink(stream).write(iv)
         stream.flush()
         return raw.getvalue().decode()
     stream = io.StringIO()
-    JsonLinesSink(stream).write(iv)
+    ResultsSink(stream).write(iv)
     return stream.getvalue()
 
 

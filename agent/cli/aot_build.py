@@ -151,22 +151,21 @@ def write_trace(path: Path, batches: list, cpus: int) -> None:
 
 
 def feed_pipeline(batches: list, detector: str, scope: str) -> None:
+    from ..core.driver import Driver
     from ..core.params import DetectorParams, IntervalParams, Params, histogram_params_of
     from ..core.pipeline import Pipeline
     from ..formats import synthetic
-    from ..formats.results import JsonLinesSink
+    from ..formats.results import ResultsSink
 
     meta = {**synthetic.metadata(20_000_000), "counter_scope": scope}
     params = Params(interval=IntervalParams(instructions=20_000_000),
                     histograms=histogram_params_of(meta), detector=DetectorParams(detector=detector))
     pipe = Pipeline.for_trace(meta, params)
-    sink = JsonLinesSink(io.StringIO())
-    for b in batches:
-        sink.write(pipe.feed(b))
-    pipe.finish()
-    pipe.observe_profiles(lambda block, intervals: None)
-    for b in batches[:2]:
-        pipe.feed(b)
+    driver = Driver(pipe, [ResultsSink(io.StringIO())])
+    driver.run(batches)
+    driver.finish()
+    pipe.keep_profiles()
+    driver.run(batches[:2])
 
 
 def collect_exports() -> list[tuple[str, str, object]]:

@@ -6,7 +6,7 @@ import json
 
 from ..console import warn
 from ..formats.results import finite
-from .arguments import add_detector_arguments, number
+from .arguments import add_detector_arguments, given_settings, number
 
 
 #: Width of the table when stdout is a file or pipe (a terminal's own width otherwise).
@@ -29,7 +29,8 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from ..report.diff import diff_runs, run_phases
-    a, b = run_phases(args.a, args, warn), run_phases(args.b, args, warn)
+    given = given_settings(args)
+    a, b = run_phases(args.a, given, warn), run_phases(args.b, given, warn)
     result = diff_runs(a, b, threshold=args.threshold, tolerance=args.tolerance,
                        min_share=args.min_share)
     if args.json:

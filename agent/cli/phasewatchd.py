@@ -21,7 +21,7 @@ import os  # noqa: E402
 import sys  # noqa: E402
 
 from .. import __version__  # noqa: E402
-from ..daemon.config import DETECTORS  # noqa: E402
+from ..core.detectors import SAMPLE_DETECTORS  # noqa: E402
 from ..daemon.service import DEFAULT_CONFIG, Daemon, load_config, log  # noqa: E402
 from ..errors import UserError  # noqa: E402
 from .arguments import RECORDED, add_detector_arguments  # noqa: E402
@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--powercap-root", metavar="DIR",
                    help="RAPL energy counters' folder, for energy per phase "
                         "(default /sys/class/powercap, used where readable)")
-    add_detector_arguments(p, output=False, names=DETECTORS,
+    add_detector_arguments(p, output=False, names=SAMPLE_DETECTORS,
                            default="the config's; with --replay " + RECORDED)
     return p
 

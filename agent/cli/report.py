@@ -17,8 +17,10 @@ from dataclasses import replace
 import numpy as np
 
 from ..console import warn
+from ..core.detectors import SAMPLE_DETECTORS
+from ..core.driver import Driver
 from ..core.pipeline import Intervals, Pipeline
-from ..core.settings import pipeline_of
+from ..core.settings import pipeline_for
 from ..errors import UserError
 from ..formats.inputs import read_text
 from ..formats.labellings import number_problem, phase_problem, read_labels
@@ -29,7 +31,7 @@ from ..live.symbols import Symbolizer
 from ..report.code_entries import CodeEntries
 from ..report.figure import FigureRecorder, PhaseFigure, with_truth
 from ..report.folder import phase_rows, write_report
-from .arguments import SAMPLE_DETECTORS, add_detector_arguments
+from .arguments import add_detector_arguments, given_settings, settings_of
 
 
 def add_arguments(parser) -> None:
@@ -55,19 +57,16 @@ def run(args) -> int:
     source = open_trace(trace, base_mhz=args.base_mhz, warn=warn)
     try:
         meta = source.metadata
-        pipeline = pipeline_of(source, args, warn)
-        recorder = FigureRecorder(pipeline.params, pipeline.layout.bounds, pipeline.used)
-        pipeline.observe_profiles(recorder)
+        pipeline = pipeline_for(meta, settings_of(args, meta.get("detection")),
+                                tuple(meta.get("signals") or source.signals), warn)
+        recorder = FigureRecorder.of(pipeline)
         functions = PhaseFunctions(Symbolizer.from_metadata(meta)) if meta.get("mappings") else None
-        entries = CodeEntries(pipeline, functions.symbolizer) if functions else None
-        if entries is not None:
+        sinks = [recorder]
+        if functions is not None:
+            entries = CodeEntries(pipeline, functions.symbolizer)
             recorder.name_entries = entries.names
-        for batch in source.batches():
-            if entries is not None:
-                entries.add(batch)
-            intervals = pipeline.feed(batch)
-            if functions is not None and "ip" in batch:
-                functions.add(batch["ip"], intervals)
+            sinks = [entries, recorder, functions]
+        Driver(pipeline, sinks).run(source.batches())
     finally:
         source.close()
     if recorder.n_intervals == 0:
@@ -171,7 +170,8 @@ def check_labels(path: str, labels: list, n: int) -> list:
 
 def diff_section(baseline: str, trace: str, args) -> tuple[str, str, list[dict]]:
     from ..report.diff import diff_rows, diff_runs, run_phases
-    result = diff_runs(run_phases(baseline, args, warn), run_phases(trace, args, warn),
+    given = given_settings(args)
+    result = diff_runs(run_phases(baseline, given, warn), run_phases(trace, given, warn),
                        threshold=args.threshold)
     return ("diff-table", f"Changes since {baseline} (A: {baseline}, B: {trace}; * changed)",
             diff_rows(result))

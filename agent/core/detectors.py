@@ -57,7 +57,18 @@ USED_SEGMENTS = {
 }
 #: The IP signature each detector's profiles carry.
 IP_SIGNATURE = {"vpf": "regions", "vpf-ip": "regions", "vpf-ip-fold": "fold"}
-NAMES = tuple(USED_SEGMENTS) + ("bbv",)
+#: The detectors of sample streams (live, traces, CSV): what ``run``,
+#: ``replay``, ``report``, ``diff`` and ``phasewatchd`` take.
+SAMPLE_DETECTORS = tuple(USED_SEGMENTS)
+#: Every detector; ``bbv`` reads SimPoint .bb files only.
+NAMES = SAMPLE_DETECTORS + ("bbv",)
+#: One line each, for help texts.
+DESCRIPTIONS = {
+    "vpf": "voltage and productive frequency (the thesis)",
+    "vpf-ip": "also the code signature over all executable mappings",
+    "vpf-ip-fold": "the thesis's 32-entry IP fold over .text instead",
+    "bbv": "basic-block vectors (SimPoint .bb files, chosen for them)",
+}
 #: Detectors that keep intervals out of phases of another CPI, where counted.
 USES_CPI = frozenset({"vpf-ip"})
 

@@ -39,20 +39,51 @@ class Intervals:
     voltage_mv: np.ndarray       # mean over the interval's samples, NaN if none
     pfreq_mhz: np.ndarray
     partial: bool = False
+    #: Where the pipeline keeps profiles (:meth:`Pipeline.keep_profiles`):
+    #: each interval's profile, every segment built, and its samples per segment.
+    profiles: np.ndarray | None = None
+    segment_samples: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.index)
 
     @classmethod
     def join(cls, parts: list["Intervals"]) -> "Intervals":
-        names = [f for f in cls.__dataclass_fields__ if f != "partial"]
-        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in names))
+        if len(parts) == 1:
+            return parts[0]
+        columns = {name: np.concatenate([getattr(p, name) for p in parts]) for name in _COLUMNS}
+        for name in ("profiles", "segment_samples"):
+            if all(getattr(p, name) is not None for p in parts):
+                columns[name] = np.concatenate([getattr(p, name) for p in parts])
+        return cls(**columns)
+
+    @classmethod
+    def empty(cls) -> "Intervals":
+        z, f = np.zeros(0, np.int64), np.zeros(0)
+        return cls(z, z, z, z, z, z, f, z, np.zeros(0, np.bool_), f, f)
 
     @property
     def cpi(self) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
             known = (self.instructions > 0) & (self.cycles > 0)   # 0 cycles: not counted
             return np.where(known, self.cycles / self.instructions, np.nan)
+
+
+_COLUMNS = ("index", "t_start_ns", "t_end_ns", "instructions", "cycles", "samples", "distance",
+            "phase", "new_phase", "voltage_mv", "pfreq_mhz")
+
+
+@dataclass(frozen=True)
+class PipelineStats:
+    """What a summary reports of a pipeline at the end."""
+
+    detector: str
+    adaptive: bool
+    interval: str               # how intervals end: "every 100 samples"
+    samples: int
+    threshold: float            # the threshold at the end (adaptive: as adapted)
+    dropped: dict[str, int]
+    implausible: dict[str, int]
 
 
 class Pipeline:
@@ -79,7 +110,7 @@ class Pipeline:
         self.accumulator.build_segments(self.used)
         self.count = 0
         self.samples = 0
-        self.profile_observers: list = []
+        self.profiles_kept = False
 
     @property
     def columns(self) -> frozenset[str]:
@@ -91,11 +122,10 @@ class Pipeline:
             wanted.add("ip")
         return frozenset(wanted)
 
-    def observe_profiles(self, observe) -> None:
-        """Call ``observe(block, intervals)`` with each block of completed
-        intervals and their classification, every segment built, for sinks
-        that need the profiles themselves (the report's heatmaps)."""
-        self.profile_observers.append(observe)
+    def keep_profiles(self) -> None:
+        """From now on, completed intervals carry their profiles, every
+        segment built, for sinks that need them (the report's heatmaps)."""
+        self.profiles_kept = True
         self.accumulator.build_segments(np.ones(len(SEGMENTS), np.bool_))
 
     def feed(self, batch: SampleBatch) -> Intervals:
@@ -150,6 +180,11 @@ class Pipeline:
     def threshold(self) -> float:
         return float(self.classifier.threshold[0])
 
+    def stats(self) -> PipelineStats:
+        p = self.params
+        return PipelineStats(p.detector.detector, p.detector.adaptive, p.interval.describe(),
+                             self.samples, self.threshold, self.dropped(), self.implausible())
+
     def dropped(self) -> dict[str, int]:
         return self.decoder.dropped()
 
@@ -163,8 +198,10 @@ class Pipeline:
                                     self.kinds, self.used, self.classifier, log_cpi,
                                     self.cpi_tolerance)
         intervals = self._intervals(block, phase, dist, new)
-        for observe in self.profile_observers:
-            observe(block, intervals)
+        if self.profiles_kept:
+            # the block is the accumulator's scratch space, reused by the next batch
+            intervals.profiles = block.profiles.copy()
+            intervals.segment_samples = block.segment_samples.copy()
         return intervals
 
     def _intervals(self, block: IntervalBlock, phase, dist, new, partial=False) -> Intervals:

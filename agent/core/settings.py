@@ -1,74 +1,185 @@
-"""Detection settings as the commands and the daemon take them: detector and
-interval parameters from options, the detector this host's signals support,
-and the pipeline for a stream's metadata with those settings.  Whatever is
-said to the user goes through the ``warn`` each caller passes."""
+"""The detection settings: one frozen value, checked once, whoever gives it.
+
+The command line (``phasewatch.cli.arguments``), the daemon's config file
+(``phasewatch.daemon.config``) and a trace's recorded ``detection``
+metadata each give some of the settings; :meth:`DetectionSettings.given`
+puts them over the defaults.  Every bound is in :data:`LIMITS`, read by the
+options' types, the config's schema and the trace metadata's schema alike.
+
+:meth:`DetectionSettings.for_stream` fits the settings to a stream's signals
+(a host without voltage falls back to the code signature, one without
+instruction counts to intervals of samples) and :func:`pipeline_for` builds
+the pipeline for them.  Whatever is said to the user goes through the
+``warn`` the caller passes.
+"""
 
 from __future__ import annotations
 
-import argparse
-from dataclasses import replace
-from typing import TYPE_CHECKING
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..errors import UserError
 from . import detectors
-from .params import (DEFAULT_CPI_TOLERANCE, DEFAULT_THRESHOLD, DetectorParams, IntervalParams, Params,
-                     histogram_params_of, interval_params_of)
+from .params import (DEFAULT_CPI_TOLERANCE, DEFAULT_MAX_PHASES, DEFAULT_THRESHOLD,
+                     DetectorParams, IntervalParams, Params, histogram_params_of,
+                     interval_params_of)
 
 if TYPE_CHECKING:  # numba loads with the pipeline, when one is built
     from .pipeline import Pipeline
-    from .source import Source
 
 
-#: Detection settings, where neither an option nor a recording gives them.
-DETECTION_DEFAULTS = {"detector": "vpf", "threshold": DEFAULT_THRESHOLD, "adaptive": False,
-                      "cpi_tolerance": DEFAULT_CPI_TOLERANCE}
+@dataclass(frozen=True)
+class Limit:
+    """The range of a numeric setting: [low, high], or (low, high] with
+    ``low_open``; ``kind`` int or float; ``what`` it is, for the advice."""
+
+    kind: type
+    low: float
+    high: float
+    low_open: bool = False
+    what: str = ""
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is not a valid setting, or None."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                (self.kind is int and not isinstance(value, int)):
+            return f"{value!r} is not {'an integer' if self.kind is int else 'a number'}"
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{value!r} is not a finite number"
+        if value < self.low or value > self.high or (self.low_open and value == self.low):
+            return f"{value!r} is outside {self.describe()}"
+        return None
+
+    def describe(self) -> str:
+        return f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+
+    def advice(self, unit: str = "") -> str:
+        """What to give instead of a value out of range."""
+        if self.what:
+            return f"give {self.what} in {self.describe()}"
+        return f"give a number from {_plain(self.low)} to {_plain(self.high)}{unit}"
 
 
-def with_detection(args, recorded: dict | None = None) -> argparse.Namespace:
-    """``args`` with each detection setting not given as an option taken from
-    ``recorded`` (a trace's ``detection`` metadata: what the recording
-    command used), else from :data:`DETECTION_DEFAULTS`."""
-    recorded = recorded or {}
-    filled = {name: (given if (given := getattr(args, name, None)) is not None
-                     else recorded.get(name, default))
-              for name, default in DETECTION_DEFAULTS.items()}
-    return argparse.Namespace(**{**vars(args), **filled})
+def _plain(x) -> str:
+    return f"{int(x):,}" if x == int(x) else f"{x:g}"
 
 
-def detection_dict(detector: DetectorParams) -> dict:
-    """The ``detection`` metadata of a recording made with ``detector``."""
-    return {"detector": detector.detector, "threshold": detector.threshold,
-            "adaptive": detector.adaptive, "cpi_tolerance": detector.cpi_tolerance}
+#: Nanoseconds an interval of time may last.
+MIN_INTERVAL_NS, MAX_INTERVAL_NS = 10_000, 86_400 * 10**9   # 10 µs .. a day
+
+#: Every numeric setting's range, defined here only.
+LIMITS = {
+    "threshold": Limit(float, 0.0, 1.0, low_open=True, what="a distance"),
+    "cpi_tolerance": Limit(float, 0.0, 10.0),
+    "interval_instructions": Limit(int, 1, 10**15),
+    "interval_ms": Limit(float, MIN_INTERVAL_NS / 1e6, MAX_INTERVAL_NS / 1e6),
+    "interval_samples": Limit(int, 1, 10**9),
+    "max_phases": Limit(int, 2, 100_000),
+}
+
+#: The settings a recording keeps in its ``detection`` metadata.
+RECORDED = ("detector", "threshold", "adaptive", "cpi_tolerance")
+#: The ways to give an interval's length; at most one at a time.
+INTERVAL_SETTINGS = ("interval_instructions", "interval_ms", "interval_samples")
 
 
-def detector_params(args) -> DetectorParams:
-    if not 0.0 < args.threshold <= 1.0:
-        raise UserError(f"--threshold {args.threshold}: give a distance in (0, 1]")
-    if not 0.0 <= args.cpi_tolerance <= 10.0:
-        raise UserError(f"--cpi-tolerance {args.cpi_tolerance}: give a log ratio in [0, 10]")
-    return DetectorParams(detector=args.detector, threshold=args.threshold, adaptive=args.adaptive,
-                          cpi_tolerance=args.cpi_tolerance)
+def interval_of(name: str, value) -> IntervalParams:
+    """The interval ``--NAME VALUE`` (a name of :data:`INTERVAL_SETTINGS`) asks for."""
+    if name == "interval_instructions":
+        return IntervalParams(kind="instructions", instructions=int(value))
+    if name == "interval_ms":
+        return IntervalParams(kind="time", ns=round(value * 1e6))
+    return IntervalParams(kind="samples", samples=int(value))
 
 
-def interval_params(args, default: IntervalParams, signals, warn) -> IntervalParams:
-    if args.interval_ms is not None:
-        if args.interval_ms <= 0:
-            raise UserError(f"--interval-ms {args.interval_ms}: give a positive duration")
-        return IntervalParams(kind="time", ns=round(args.interval_ms * 1e6))
-    if getattr(args, "interval_samples", None) is not None:
-        return IntervalParams(kind="samples", samples=args.interval_samples)
-    chosen = default
-    if args.interval_instructions is not None:
-        if args.interval_instructions <= 0:
-            raise UserError(f"--interval-instructions {args.interval_instructions}: "
-                            f"give a positive count")
-        chosen = IntervalParams(kind="instructions", instructions=args.interval_instructions)
-    if chosen.kind == "instructions" and "instructions" not in signals:
-        warn("the samples have no instruction counts: ending intervals every "
-             f"{chosen.samples} samples instead ({chosen.samples} ms of the program's CPU "
-             "time at 1 kHz; set it with --interval-samples or --interval-ms)")
-        chosen = replace(chosen, kind="samples")
-    return chosen
+@dataclass(frozen=True)
+class DetectionSettings:
+    """What the user chose of detection.  ``interval`` None: the stream's own
+    (a trace's recorded interval), else the default."""
+
+    detector: str = "vpf"
+    threshold: float = DEFAULT_THRESHOLD
+    adaptive: bool = False
+    cpi_tolerance: float = DEFAULT_CPI_TOLERANCE
+    interval: IntervalParams | None = None
+    max_phases: int = DEFAULT_MAX_PHASES
+
+    def __post_init__(self):
+        if self.detector not in detectors.NAMES:
+            raise UserError(f"unknown detector {self.detector!r}: choose one of "
+                            f"{', '.join(detectors.NAMES)}")
+        for name in ("threshold", "cpi_tolerance", "max_phases"):
+            problem = LIMITS[name].problem(getattr(self, name))
+            if problem:
+                raise UserError(f"{name.replace('_', ' ')}: {problem}")
+        if not isinstance(self.adaptive, bool):
+            raise UserError(f"adaptive: {self.adaptive!r} is not true or false")
+
+    @classmethod
+    def given(cls, values: Mapping[str, Any], recorded: Mapping[str, Any] | None = None,
+              defaults: "DetectionSettings | None" = None) -> "DetectionSettings":
+        """The settings ``values`` gives (a setting name, or one of
+        :data:`INTERVAL_SETTINGS`, to its value; None for not given), each
+        one not given taken from ``recorded`` (a trace's ``detection``
+        metadata), else from ``defaults``."""
+        defaults = defaults or cls()
+        recorded = recorded or {}
+        chosen = {name: value for name, value in values.items() if value is not None}
+        lengths = [name for name in INTERVAL_SETTINGS if name in chosen]
+        if len(lengths) > 1:
+            raise UserError(f"{', '.join(lengths)} exclude each other: give one interval length")
+        for name in lengths:
+            problem = LIMITS[name].problem(chosen[name])
+            if problem:
+                raise UserError(f"{name.replace('_', ' ')}: {problem}")
+        settled = {}
+        for f in fields(cls):
+            if f.name == "interval":
+                settled["interval"] = (interval_of(lengths[0], chosen[lengths[0]]) if lengths
+                                       else defaults.interval)
+            elif f.name in chosen:
+                settled[f.name] = chosen[f.name]
+            elif f.name in RECORDED and f.name in recorded:
+                settled[f.name] = recorded[f.name]
+            else:
+                settled[f.name] = getattr(defaults, f.name)
+        return cls(**settled)
+
+    def recorded(self) -> dict[str, Any]:
+        """The ``detection`` metadata of a recording made with these settings."""
+        return {name: getattr(self, name) for name in RECORDED}
+
+    def detector_params(self) -> DetectorParams:
+        return DetectorParams(detector=self.detector, threshold=self.threshold,
+                              adaptive=self.adaptive, max_phases=self.max_phases,
+                              cpi_tolerance=self.cpi_tolerance)
+
+    def params(self, meta: dict) -> Params:
+        """The pipeline's parameters for a stream described by ``meta``."""
+        return Params(interval=self.interval or interval_params_of(meta),
+                      histograms=histogram_params_of(meta), detector=self.detector_params())
+
+    def for_stream(self, signals, warn: Callable[[str], None], *,
+                   default_interval: IntervalParams = IntervalParams(),
+                   fall_back: bool = False) -> "DetectionSettings":
+        """The settings fitted to a stream of ``signals``: its interval made
+        concrete (``default_interval`` where none was chosen; samples where
+        instructions are not counted), and, with ``fall_back``, ``vpf``
+        giving way to ``vpf-ip`` where only IPs are sampled.  An error if the
+        detector can use none of the signals."""
+        detector = choose_detector(self.detector, signals, warn) if fall_back else self.detector
+        detectors.check_signals(detector, signals)
+        interval = self.interval or default_interval
+        if interval.kind == "instructions" and "instructions" not in signals:
+            warn("the samples have no instruction counts: ending intervals every "
+                 f"{interval.samples} samples instead ({interval.samples} ms of the program's "
+                 "CPU time at 1 kHz; set it with --interval-samples or --interval-ms)")
+            interval = replace(interval, kind="samples")
+        return replace(self, detector=detector, interval=interval)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def choose_detector(requested: str, signals, warn) -> str:
@@ -79,17 +190,15 @@ def choose_detector(requested: str, signals, warn) -> str:
         warn("no core voltage or productive frequency on this host (no MSR access): "
              "detecting phases from instruction pointers (--detector vpf-ip)")
         requested = "vpf-ip"
-    detectors.check_signals(requested, signals)
     return requested
 
 
-def pipeline_of(source: Source, args, warn) -> Pipeline:
-    """The pipeline for a source's samples, with the detection options given."""
+def pipeline_for(meta: dict, settings: DetectionSettings, signals, warn, *,
+                 fall_back: bool = False) -> Pipeline:
+    """The pipeline for a stream described by ``meta`` whose samples have
+    ``signals``, with ``settings`` fitted to them; the interval is the
+    stream's own where the settings choose none."""
     from .pipeline import Pipeline
-    meta = source.metadata
-    args = with_detection(args, meta.get("detection"))
-    signals = tuple(meta.get("signals") or source.signals)
-    detectors.check_signals(args.detector, signals)
-    params = Params(interval=interval_params(args, interval_params_of(meta), signals, warn),
-                    histograms=histogram_params_of(meta), detector=detector_params(args))
-    return Pipeline.for_trace(meta, params)
+    fitted = settings.for_stream(signals, warn, default_interval=interval_params_of(meta),
+                                 fall_back=fall_back)
+    return Pipeline.for_trace(meta, fitted.params(meta))

@@ -2,17 +2,21 @@
 
 A :class:`Source` produces sample batches (live: :mod:`phasewatch.collectors.registry`
 opens them; recorded: traces and CSV files); a :class:`Reader` fills one tick
-of the MSR sampler; a :class:`Sink` takes what the live loop hands on
-(classified intervals, or raw batches for a trace).
+of the MSR sampler; a :class:`Sink` takes what the driver hands on
+(raw batches, classified intervals).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from .batch import SampleBatch
+
+if TYPE_CHECKING:  # the pipeline loads numba; sources start before it
+    from .pipeline import Intervals
 
 #: The keys every ``stats()`` has: rows delivered, rows lost before delivery
 #: (full rings, missed ticks, full queues), values that could not be read.
@@ -62,11 +66,36 @@ class Reader(Protocol):
     def close(self) -> None: ...
 
 
-@runtime_checkable
-class Sink(Protocol):
-    """Takes the live loop's output: classified intervals (results, the
-    phase summary) or raw batches (the trace)."""
+@dataclass
+class Classified:
+    """The intervals one batch completed in one stream."""
 
-    def write(self, item: Any) -> None: ...
+    stream: str                 # "" for a command's one stream; a daemon's target name
+    intervals: Intervals
+    previous: np.ndarray        # the phase before each interval; -1 before the stream's first
 
-    def close(self) -> None: ...
+    @property
+    def changes(self) -> np.ndarray:
+        """Rows whose phase differs from the one before."""
+        return np.flatnonzero(self.intervals.phase != self.previous)
+
+
+class Sink:
+    """What every sink is: it may take each raw batch before the pipeline
+    does (a trace, the process maps, per-phase functions), the classified
+    intervals of each stream (results, the phase summary, pprof, energy,
+    Prometheus, ZeroMQ), and is closed once at the end, ``complete`` false
+    after an error (an output then leaves the old file in place).  A sink
+    overrides only what it uses; ``failure``, where set, says why its output
+    could not be written.  :class:`phasewatch.core.driver.Driver` calls them."""
+
+    failure: str | None = None
+
+    def batch(self, batch: SampleBatch) -> None:
+        """A raw batch, before the pipeline sees it."""
+
+    def classified(self, c: Classified) -> None:
+        """The intervals a batch completed in one stream, classified."""
+
+    def close(self, complete: bool = True) -> None:
+        """The end: everything has been handed over (``complete``), or an error came."""

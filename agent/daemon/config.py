@@ -1,22 +1,34 @@
 """phasewatchd's configuration: a TOML file, checked whole before it is used.
 
-Every key is known, typed and range-checked; a mistake is refused with the
-file, the key and the reason.  Command-line flags override the file.  See
-``systemd/phasewatch.toml`` for every key with its default.
+The file's schema is a set of msgspec structs, one per table: every key is
+known, typed and range-checked (the detection settings' ranges are
+:data:`phasewatch.core.settings.LIMITS`, the detectors the registry's), and
+a mistake is refused with the file, the key and the reason.  Command-line
+flags override the file.  See ``systemd/phasewatch.toml`` for every key
+with its default.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import stat
 import tomllib
+import typing
 from dataclasses import dataclass, replace
+from typing import Annotated, Literal
 
+import msgspec
+from msgspec import Meta, Struct
+
+from ..collectors.registry import CHOICES
 from ..core.batch import ID_RANGES
+from ..core.detectors import SAMPLE_DETECTORS
 from ..core.params import DEFAULT_CPI_TOLERANCE, DEFAULT_THRESHOLD
+from ..core.settings import INTERVAL_SETTINGS, LIMITS, DetectionSettings, Limit
 from ..errors import UserError
-from ..formats.metadata import MAX_INTERVAL_INSTRUCTIONS, MAX_INTERVAL_NS, MIN_INTERVAL_NS
+from ..formats.metadata import bounded
 from .publish import DEFAULT_HWM
 from .targets import DEFAULT_GRACE_S, DEFAULT_MAX_PHASES
 
@@ -25,8 +37,105 @@ MAX_CONFIG_BYTES = 1 << 20
 MAX_REPLAY_SPEED = 1e6
 MIN_REPLAY_SPEED = 1e-3
 
-SOURCES = ("auto", "kmod", "msr", "perf", "replay")
-DETECTORS = ("vpf", "vpf-ip")
+#: The live sources of the registry, and a recorded trace.
+SOURCES = CHOICES + ("replay",)
+#: The settings of detection the file and the flags may give.
+DETECTION = ("detector", "threshold", "adaptive", "cpi_tolerance") + INTERVAL_SETTINGS
+
+_CPU, _TID = ID_RANGES["cpu"][1], ID_RANGES["tid"][1]
+
+
+def _range(low, high, unit: str = "") -> Meta:
+    return bounded(Limit(float, low, high), unit)
+
+
+class _Table(Struct, forbid_unknown_fields=True, kw_only=True):
+    """A table of the file: unknown keys are refused."""
+
+
+class SourceTable(_Table):
+    kind: Literal[SOURCES] = "auto"
+    trace: str | None = None
+    replay_speed: float = 1.0
+    msr_path: str = "/dev/cpu/{cpu}/msr"
+    rate_hz: Annotated[int, _range(1, 100_000, " Hz")] = 1000
+    powercap_root: str | None = None
+
+
+class TargetsTable(_Table):
+    cpus: Annotated[Literal["all"] | list[Annotated[int, Meta(ge=0, le=_CPU)]],
+                    Meta(description=f'give "all" or a list of CPU numbers (0 to {_CPU})')] = "all"
+    pids: Annotated[list[Annotated[int, Meta(ge=1, le=_TID)]],
+                    Meta(description=f"give pids from 1 to {_TID}")] = []
+    commands: Annotated[list[Annotated[str, Meta(min_length=1)]],
+                        Meta(description="give non-empty strings")] = []
+    cgroups: Annotated[list[Annotated[str, Meta(min_length=1)]],
+                       Meta(description="give non-empty strings")] = []
+    rescan_seconds: Annotated[float, _range(0.1, 86_400, " s")] = 10.0
+
+
+class DetectorTable(_Table):
+    name: Literal[SAMPLE_DETECTORS] | None = None
+    threshold: Annotated[float, bounded(LIMITS["threshold"])] | None = None
+    adaptive: bool | None = None
+    cpi_tolerance: Annotated[float, bounded(LIMITS["cpi_tolerance"])] | None = None
+    interval_instructions: Annotated[int, bounded(LIMITS["interval_instructions"])] | None = None
+    interval_ms: Annotated[float, bounded(LIMITS["interval_ms"], " ms")] | None = None
+    interval_samples: Annotated[int, bounded(LIMITS["interval_samples"])] | None = None
+    max_phases: Annotated[int, bounded(LIMITS["max_phases"])] = DEFAULT_MAX_PHASES
+
+
+class MetricsTable(_Table):
+    listen: str | None = "127.0.0.1:9464"
+    certfile: str | None = None
+    keyfile: str | None = None
+    client_cafile: str | None = None
+    grace_seconds: Annotated[float, _range(0, 10**7, " s")] = DEFAULT_GRACE_S
+
+
+class ZmqTable(_Table):
+    endpoint: str | None = "tcp://127.0.0.1:5556"
+    hwm: Annotated[int, _range(1, 10**7)] = DEFAULT_HWM
+    samples: bool = False
+    curve_secret_key: str | None = None
+    curve_authorized_keys: str | None = None
+
+
+class RecordTable(_Table):
+    dir: str | None = None
+
+
+class ConfigFile(_Table):
+    source: SourceTable = msgspec.field(default_factory=SourceTable)
+    targets: TargetsTable = msgspec.field(default_factory=TargetsTable)
+    detector: DetectorTable = msgspec.field(default_factory=DetectorTable)
+    metrics: MetricsTable = msgspec.field(default_factory=MetricsTable)
+    zmq: ZmqTable = msgspec.field(default_factory=ZmqTable)
+    record: RecordTable = msgspec.field(default_factory=RecordTable)
+
+
+#: Config field -> (table, key) of the file.
+KEYS = {
+    "source": ("source", "kind"), "trace": ("source", "trace"),
+    "replay_speed": ("source", "replay_speed"), "msr_path": ("source", "msr_path"),
+    "rate_hz": ("source", "rate_hz"), "powercap_root": ("source", "powercap_root"),
+    "cpus": ("targets", "cpus"), "pids": ("targets", "pids"),
+    "commands": ("targets", "commands"), "cgroups": ("targets", "cgroups"),
+    "rescan_seconds": ("targets", "rescan_seconds"),
+    "detector": ("detector", "name"), "threshold": ("detector", "threshold"),
+    "adaptive": ("detector", "adaptive"), "cpi_tolerance": ("detector", "cpi_tolerance"),
+    "interval_instructions": ("detector", "interval_instructions"),
+    "interval_ms": ("detector", "interval_ms"), "interval_samples": ("detector", "interval_samples"),
+    "max_phases": ("detector", "max_phases"),
+    "metrics": ("metrics", "listen"), "metrics_certfile": ("metrics", "certfile"),
+    "metrics_keyfile": ("metrics", "keyfile"), "metrics_client_cafile": ("metrics", "client_cafile"),
+    "grace_seconds": ("metrics", "grace_seconds"),
+    "zmq": ("zmq", "endpoint"), "zmq_hwm": ("zmq", "hwm"), "zmq_samples": ("zmq", "samples"),
+    "curve_secret_key": ("zmq", "curve_secret_key"),
+    "curve_authorized_keys": ("zmq", "curve_authorized_keys"),
+    "record": ("record", "dir"),
+}
+TABLES = {name: typing.get_type_hints(ConfigFile)[name] for name in ConfigFile.__struct_fields__}
 
 
 @dataclass(frozen=True)
@@ -65,6 +174,12 @@ class Config:
     #: recorded ones).
     given: frozenset[str] = frozenset()
 
+    def settings(self, recorded: dict | None = None) -> DetectionSettings:
+        """The detection settings: those given, over ``recorded`` (a replayed
+        trace's ``detection`` metadata), over the defaults."""
+        return DetectionSettings.given({name: getattr(self, name) for name in self.given},
+                                       recorded, DetectionSettings(max_phases=self.max_phases))
+
     @property
     def metrics_address(self) -> tuple[str, int] | None:
         return split_address(self.metrics) if self.metrics else None
@@ -79,125 +194,6 @@ class Config:
         if not self.curve_secret_key:
             return None
         return {"secret_key": self.curve_secret_key, "authorized_keys": self.curve_authorized_keys}
-
-
-def _positive(x) -> str | None:
-    return None if x > 0 else "must be positive"
-
-
-def _between(low, high, unit: str = ""):
-    """A check that a number is finite and within [low, high]."""
-    def check(x) -> str | None:
-        if _finite(x) and low <= x <= high:
-            return None
-        return f"give a number from {_plain(low)} to {_plain(high)}{unit}"
-    return check
-
-
-def _plain(x) -> str:
-    return f"{int(x):,}" if x == int(x) else f"{x:g}"
-
-
-def _shown(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _finite(x) -> bool:
-    try:
-        return math.isfinite(x)
-    except OverflowError:       # an integer beyond any float
-        return False
-
-
-def _threshold(x) -> str | None:
-    return None if 0 < x <= 1 else "give a distance in (0, 1]"
-
-
-def replay_speed_problem(x) -> str | None:
-    if x == 0 or (_finite(x) and MIN_REPLAY_SPEED <= x <= MAX_REPLAY_SPEED):
-        return None
-    return (f"give 0 (as fast as possible) or a speed from {_plain(MIN_REPLAY_SPEED)} "
-            f"to {_plain(MAX_REPLAY_SPEED)} times real time")
-
-
-def _one_of(choices):
-    return lambda x: None if x in choices else f"must be one of {', '.join(choices)}"
-
-
-def _cpus(x) -> str | None:
-    top = ID_RANGES["cpu"][1]
-    if x == "all" or (isinstance(x, list) and all(type(c) is int and 0 <= c <= top for c in x)):
-        return None
-    return f'give "all" or a list of CPU numbers (0 to {top})'
-
-
-def _pids(x) -> str | None:
-    top = ID_RANGES["tid"][1]
-    return None if all(type(p) is int and 0 < p <= top for p in x) else \
-        f"give pids from 1 to {top}"
-
-
-def _strings(x) -> str | None:
-    return None if all(isinstance(s, str) and s for s in x) else "give non-empty strings"
-
-
-def _address(x) -> str | None:
-    try:
-        split_address(x)
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
-#: [table] key -> (Config field, types, check)
-SCHEMA = {
-    "source": {
-        "kind": ("source", str, _one_of(SOURCES)),
-        "trace": ("trace", str, None),
-        "replay_speed": ("replay_speed", (int, float), replay_speed_problem),
-        "msr_path": ("msr_path", str, None),
-        "rate_hz": ("rate_hz", int, _between(1, 100_000, " Hz")),
-        "powercap_root": ("powercap_root", str, None),
-    },
-    "targets": {
-        "cpus": ("cpus", (str, list), _cpus),
-        "pids": ("pids", list, _pids),
-        "commands": ("commands", list, _strings),
-        "cgroups": ("cgroups", list, _strings),
-        "rescan_seconds": ("rescan_seconds", (int, float), _between(0.1, 86_400, " s")),
-    },
-    "detector": {
-        "name": ("detector", str, _one_of(DETECTORS)),
-        "threshold": ("threshold", (int, float), _threshold),
-        "adaptive": ("adaptive", bool, None),
-        "cpi_tolerance": ("cpi_tolerance", (int, float), _between(0, 10)),
-        "interval_instructions": ("interval_instructions", int,
-                                  _between(1, MAX_INTERVAL_INSTRUCTIONS)),
-        "interval_ms": ("interval_ms", (int, float),
-                        _between(MIN_INTERVAL_NS / 1e6, MAX_INTERVAL_NS / 1e6, " ms")),
-        "interval_samples": ("interval_samples", int, _between(1, 10_000_000)),
-        "max_phases": ("max_phases", int, _between(2, 100_000)),
-    },
-    "metrics": {
-        "listen": ("metrics", str, _address),
-        "certfile": ("metrics_certfile", str, None),
-        "keyfile": ("metrics_keyfile", str, None),
-        "client_cafile": ("metrics_client_cafile", str, None),
-        "grace_seconds": ("grace_seconds", (int, float), _between(0, 10**7, " s")),
-    },
-    "zmq": {
-        "endpoint": ("zmq", str, lambda x: None if "://" in x else
-                     "give a ZeroMQ endpoint such as tcp://127.0.0.1:5556"),
-        "hwm": ("zmq_hwm", int, _between(1, 10**7)),
-        "samples": ("zmq_samples", bool, None),
-        "curve_secret_key": ("curve_secret_key", str, None),
-        "curve_authorized_keys": ("curve_authorized_keys", str, None),
-    },
-    "record": {
-        "dir": ("record", str, None),
-    },
-}
 
 
 def split_address(text: str) -> tuple[str, int]:
@@ -226,14 +222,15 @@ def read_text(path: str) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise UserError(f"cannot read config {path}: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UserError(f"cannot read config {path}: not a regular file: give a TOML file")
-        try:
+        with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(MAX_CONFIG_BYTES + 1)
-        except OSError as exc:
-            raise UserError(f"cannot read config {path}: {exc.strerror}") from None
+    except OSError as exc:
+        raise UserError(f"cannot read config {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
     if len(data) > MAX_CONFIG_BYTES:
         raise UserError(f"{path}: larger than a config may be ({MAX_CONFIG_BYTES:,} bytes)")
     try:
@@ -244,26 +241,114 @@ def read_text(path: str) -> str:
 
 
 def from_dict(doc: dict, path: str = "config") -> Config:
-    values = {}
-    for table, body in doc.items():
-        if table not in SCHEMA:
-            raise UserError(f"{path}: unknown table [{table}] "
-                            f"(known: {', '.join(SCHEMA)})")
-        if not isinstance(body, dict):
-            raise UserError(f"{path}: {table} must be a table ([{table}])")
-        for key, value in body.items():
-            if key not in SCHEMA[table]:
-                raise UserError(f"{path}: [{table}] unknown key {key!r} "
-                                f"(known: {', '.join(SCHEMA[table])})")
-            name, types, rule = SCHEMA[table][key]
-            if not isinstance(value, types) or (isinstance(value, bool) and types in (int, (int, float))):
-                raise UserError(f"{path}: [{table}] {key} = {_shown(value)}: wrong type")
-            problem = rule(value) if rule else None
-            if problem:
-                raise UserError(f"{path}: [{table}] {key} = {_shown(value)}: {problem}")
-            values[name] = tuple(value) if isinstance(value, list) else value
-    given = frozenset(values) & set(DETECTION_FLAGS + INTERVAL_FLAGS)
-    return check(replace(Config(), **values, given=given), path)
+    try:
+        tables = msgspec.convert(doc, ConfigFile, strict=True)
+    except msgspec.ValidationError as exc:
+        raise UserError(f"{path}: {_mistake(doc, str(exc))}") from None
+    values = {name: getattr(getattr(tables, table), key) for name, (table, key) in KEYS.items()}
+    values = {name: tuple(value) if isinstance(value, list) else value
+              for name, value in values.items()}
+    given = frozenset(name for name in DETECTION if values[name] is not None)
+    values["detector"] = values["detector"] or "vpf"
+    for name in ("threshold", "adaptive", "cpi_tolerance"):
+        if values[name] is None:
+            values[name] = getattr(Config, name)
+    for name, problem in _rules(values):
+        table, key = KEYS[name]
+        raise UserError(f"{path}: [{table}] {key} = {_shown(values[name])}: {problem}")
+    return check(Config(**values, given=given), path)
+
+
+def _rules(values: dict):
+    """(field, problem) of the values whose type cannot say what is wrong."""
+    problem = replay_speed_problem(values["replay_speed"])
+    if problem:
+        yield "replay_speed", problem
+    if values["metrics"] is not None and _address(values["metrics"]):
+        yield "metrics", _address(values["metrics"])
+    if values["zmq"] is not None and "://" not in values["zmq"]:
+        yield "zmq", "give a ZeroMQ endpoint such as tcp://127.0.0.1:5556"
+
+
+def _mistake(doc: dict, error: str) -> str:
+    """msgspec's ``message - at `$.table.key[i]``` as ``[table] key = value: problem``."""
+    message, _, where = error.rpartition(" - at `")
+    parts = re.findall(r"\.(\w+)", where) if message else []
+    message = message or error
+    unknown = re.match(r"Object contains unknown field `(.*)`", message)
+    if not parts:
+        return (f"unknown table [{unknown.group(1)}] (known: {', '.join(TABLES)})" if unknown
+                else message)
+    table = parts[0]
+    if len(parts) == 1:
+        if unknown:
+            known = ", ".join(TABLES[table].__struct_fields__)
+            return f"[{table}] unknown key {unknown.group(1)!r} (known: {known})"
+        return f"{table} must be a table ([{table}])"
+    key = parts[1]
+    value = doc[table][key]
+    in_list = "[" in where
+    return f"[{table}] {key} = {_shown(value)}: {_problem(TABLES[table], key, message, in_list)}"
+
+
+def _problem(table: type, key: str, message: str, in_list: bool) -> str:
+    """What to say of a value msgspec refused: "wrong type" where the value
+    itself has the wrong type, else what the key's schema advises."""
+    if re.match(r"Expected `[^`]*`, got `", message) and not in_list:
+        return "wrong type"
+    hint = typing.get_type_hints(table, include_extras=True)[key]
+    for meta in _metas(hint):
+        if meta.description:
+            return meta.description
+    choices = _choices(_strip(hint))
+    return f"must be one of {', '.join(choices)}" if choices else message
+
+
+def _choices(hint) -> list[str]:
+    """The strings a Literal (perhaps within a union) allows."""
+    if typing.get_origin(hint) is Literal:
+        return [a for a in typing.get_args(hint) if isinstance(a, str)]
+    return [c for arg in typing.get_args(hint) for c in _choices(arg)]
+
+
+def _metas(hint) -> list[Meta]:
+    """The msgspec constraints on a field's type, outermost first (an
+    optional field's are inside its union)."""
+    found = [m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Meta)]
+    for arg in typing.get_args(_strip(hint)):
+        found += [m for m in getattr(arg, "__metadata__", ()) if isinstance(m, Meta)]
+    return found
+
+
+def _strip(hint):
+    return typing.get_args(hint)[0] if getattr(hint, "__metadata__", None) else hint
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _finite(x) -> bool:
+    try:
+        return math.isfinite(x)
+    except OverflowError:       # an integer beyond any float
+        return False
+
+
+def replay_speed_problem(x) -> str | None:
+    if x == 0 or (_finite(x) and MIN_REPLAY_SPEED <= x <= MAX_REPLAY_SPEED):
+        return None
+    return (f"give 0 (as fast as possible) or a speed from {MIN_REPLAY_SPEED:g} "
+            f"to {MAX_REPLAY_SPEED:,.0f} times real time")
+
+
+def _address(x) -> str | None:
+    try:
+        split_address(x)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def check(config: Config, where: str = "config") -> Config:
@@ -271,7 +356,7 @@ def check(config: Config, where: str = "config") -> Config:
     if config.source == "replay" and not config.trace:
         raise UserError(f"{where}: [source] kind = \"replay\" needs trace = \"FILE\" "
                         f"(or --replay TRACE)")
-    if sum(bool(getattr(config, name)) for name in INTERVAL_FLAGS) > 1:
+    if sum(bool(getattr(config, name)) for name in INTERVAL_SETTINGS) > 1:
         raise UserError(f"{where}: [detector] interval_instructions, interval_ms and "
                         f"interval_samples exclude each other: give one")
     if bool(config.metrics_certfile) != bool(config.metrics_keyfile):
@@ -282,29 +367,14 @@ def check(config: Config, where: str = "config") -> Config:
     return config
 
 
-DETECTION_FLAGS = ("detector", "threshold", "adaptive", "cpi_tolerance")
-INTERVAL_FLAGS = ("interval_instructions", "interval_ms", "interval_samples")
-
-
 def detection_flags(args) -> dict:
     """The detection options given: each over the file's value, an interval
     length over the file's interval of any kind."""
-    given = {name: getattr(args, name) for name in DETECTION_FLAGS + INTERVAL_FLAGS
-             if getattr(args, name, None) is not None}
+    given = {name: getattr(args, name) for name in DETECTION if getattr(args, name, None) is not None}
     changes = dict(given, given=frozenset(given))
-    if given.keys() & set(INTERVAL_FLAGS):
-        changes.update({name: given.get(name) for name in INTERVAL_FLAGS})
+    if given.keys() & set(INTERVAL_SETTINGS):
+        changes.update({name: given.get(name) for name in INTERVAL_SETTINGS})
     return changes
-
-
-def for_recording(config: Config, meta: dict) -> Config:
-    """The settings to replay a trace with: those its recording used (its
-    ``detection`` and ``interval`` metadata) where neither the file nor the
-    command line sets them."""
-    recorded = meta.get("detection") or {}
-    changes = {name: recorded[name] for name in DETECTION_FLAGS
-               if name in recorded and name not in config.given}
-    return replace(config, **changes)
 
 
 def with_flags(config: Config, args) -> Config:
@@ -327,9 +397,8 @@ def with_flags(config: Config, args) -> Config:
     flags = detection_flags(args)
     changes.update(flags, given=config.given | flags["given"])
     config = replace(config, **changes)
-    for flag, value in (("--metrics", config.metrics),):
-        if value and _address(value):
-            raise UserError(f"{flag} {value}: {_address(value)}")
+    if config.metrics and _address(config.metrics):
+        raise UserError(f"--metrics {config.metrics}: {_address(config.metrics)}")
     problem = replay_speed_problem(config.replay_speed)
     if problem:
         raise UserError(f"--replay-speed {config.replay_speed}: {problem}")

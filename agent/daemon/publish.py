@@ -65,7 +65,9 @@ import numpy as np
 import zmq
 
 from ..core.batch import SampleBatch
+from ..core.source import Classified
 from ..core.pipeline import Intervals
+from ..core.source import Sink
 from ..errors import UserError
 from .subguard import SubscriberGuard
 
@@ -167,6 +169,14 @@ class Publisher:
         self._keys = (public, secret)
 
     # --- events --------------------------------------------------------------
+
+    def sink(self, clock_ns: Callable[[int], int] = lambda t_ns: t_ns,
+             samples: bool = False) -> "PublisherSink":
+        """The sink of one of the daemon's workers: its intervals and phase
+        changes, its raw batches too where ``samples`` (the CPU-wide
+        source's, published by CPU); ``clock_ns`` maps its sample times to
+        CLOCK_MONOTONIC (a paced replay's)."""
+        return PublisherSink(self, clock_ns, samples)
 
     def intervals(self, target: str, iv: Intervals, changes: np.ndarray, previous: np.ndarray,
                   clock_ns: Callable[[int], int] = lambda t_ns: t_ns) -> None:
@@ -287,3 +297,15 @@ def decode_message(frames: list[bytes]) -> tuple[str, dict | SampleBatch]:
             for (name, dtype), frame in zip(body["columns"], frames[2:])}
     return topic, SampleBatch(cols)
 
+
+
+class PublisherSink(Sink):
+    def __init__(self, publisher: Publisher, clock_ns: Callable[[int], int], samples: bool):
+        self.publisher, self.clock_ns, self.samples = publisher, clock_ns, samples
+
+    def batch(self, batch: SampleBatch) -> None:
+        if self.samples:
+            self.publisher.batch(batch)
+
+    def classified(self, c: Classified) -> None:
+        self.publisher.intervals(c.stream, c.intervals, c.changes, c.previous, self.clock_ns)

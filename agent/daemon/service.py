@@ -16,32 +16,21 @@ a config with a mistake is refused and the old one kept.
 from __future__ import annotations
 
 import os
-import platform
 import signal
 import sys
 import threading
 import time
-from dataclasses import asdict, replace
-from functools import partial
-from types import SimpleNamespace
+from dataclasses import replace
 
-from ..console import warn
-from ..core import detectors
-from ..core.params import (DetectorParams, Params, cpu_model_of, histogram_params_of,
-                           interval_params_of)
-from ..core.settings import choose_detector, detection_dict, interval_params
+from ..collectors.registry import register_rate_of
 from ..errors import UserError
-from ..formats.trace import TraceWriter
 from ..formats.tracefiles import open_trace
-from ..live.host_signals import HostSignals
-from ..live.loop import LiveRun, SourceThread
 from ..replay.paced import PacedReplay
 from . import config as daemon_config
-from ..collectors.registry import register_rate_of
 from .metrics import DaemonCounts, PhasewatchCollector, registry_for, serve
 from .publish import Publisher, is_loopback_endpoint
 from .sdnotify import Notifier
-from .targets import Targets
+from .worker import Worker, fitted_settings
 
 DEFAULT_CONFIG = "/etc/phasewatch/phasewatch.toml"
 STOP_WITHIN_S = 2.0
@@ -71,137 +60,6 @@ def check_exposure(config: daemon_config.Config) -> None:
     if config.zmq and not is_loopback_endpoint(config.zmq) and not config.curve_secret_key:
         raise UserError(f"--zmq {config.zmq}: beyond loopback events need CurveZMQ: set [zmq] "
                         f"curve_secret_key and curve_authorized_keys")
-
-
-def detector_params(config: daemon_config.Config, detector: str | None = None) -> DetectorParams:
-    return DetectorParams(detector=detector or config.detector, threshold=config.threshold,
-                          adaptive=config.adaptive, max_phases=config.max_phases,
-                          cpi_tolerance=config.cpi_tolerance)
-
-
-def params_for(meta: dict, signals, config: daemon_config.Config, detector: str) -> Params:
-    flags = SimpleNamespace(interval_ms=config.interval_ms,
-                            interval_instructions=config.interval_instructions,
-                            interval_samples=config.interval_samples)
-    return Params(interval=interval_params(flags, interval_params_of(meta), signals, log),
-                  histograms=histogram_params_of(meta),
-                  detector=detector_params(config, detector))
-
-
-class Worker:
-    """One source on the live loop, in its own thread, feeding its targets."""
-
-    def __init__(self, name: str, source, meta: dict, signals, config, *, target=None,
-                 host_signals: bool = True, publisher: Publisher | None = None,
-                 clock_ns=lambda t_ns: t_ns, pid: int | None = None, energy=None):
-        self.name = name
-        self.pid = pid
-        self.source = source
-        self.meta = meta
-        self.signals = tuple(signals)
-        self.detector = (choose_detector(config.detector, self.signals, warn) if source_is_live(source)
-                         else config.detector)
-        detectors.check_signals(self.detector, self.signals)
-        self.params = params_for(meta, self.signals, config, self.detector)
-        listeners = [partial(publisher.intervals, clock_ns=clock_ns)] if publisher else []
-        listeners += [partial(energy.listen, clock_ns=clock_ns)] if energy else []
-        self.targets = Targets(meta, self.params, target=target,
-                               grace_s=config.grace_seconds, listeners=listeners)
-        self.host = (HostSignals(meta.get("base_freq_mhz") or 0.0,
-                                 cpu_model_of(meta).voltage_source == "perf_status")
-                     if host_signals else None)
-        self.trace = self._trace(config.record) if config.record else None
-        self.feed = SourceThread(source.batches())
-        taps = [self._seen] + ([self.host.feed] if self.host else [])
-        # Raw batches are published by CPU, so only from the CPU-wide source.
-        taps += [publisher.batch] if publisher and host_signals else []
-        lost = (lambda: int(source.stats().get("lost_samples", 0)))
-        self.live = LiveRun(self.feed, self.targets, trace=self.trace, taps=taps, lost_samples=lost)
-        self.clock_ns = clock_ns
-        self.lag_s = 0.0
-        self.samples = 0
-        self.ended = threading.Event()
-        self.started = self.stopped = False
-        self.error: BaseException | None = None
-        self.recording_said = False
-        self.thread = threading.Thread(target=self._run, name=f"phasewatchd-{name}", daemon=True)
-
-    def _trace(self, directory: str) -> TraceWriter:
-        # The process id too: two daemons started in the same second, with one
-        # directory, record to two files.
-        stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-        path = os.path.join(directory, f"phasewatchd-{platform.node()}-{self.name}-{stamp}.arrow")
-        # The intervals the daemon used, so that a replay splits alike.
-        meta = dict(self.meta, recorded_by="phasewatchd", interval=asdict(self.params.interval),
-                    detection=detection_dict(self.params.detector))
-        return TraceWriter(path, meta, self.signals, keep_complete=True)
-
-    def start(self) -> "Worker":
-        self.feed.start()
-        self.thread.start()
-        self.started = True
-        return self
-
-    def _seen(self, batch) -> None:
-        self.samples += len(batch)
-        newest = int(batch["t_ns"][-1])
-        self.lag_s = max((time.monotonic_ns() - self.clock_ns(newest)) / 1e9, 0.0)
-
-    def _run(self) -> None:
-        try:
-            self.live.run()
-        except BaseException as exc:   # reported by the main thread
-            self.error = exc
-        finally:
-            self.ended.set()
-
-    def tick(self) -> None:
-        if self.host is not None:
-            self.host.tick()
-        if self.ended.is_set() and not source_is_live(self.source):
-            return      # an ended replay's final state stays: nothing will change it
-        gone = self.targets.forget_ended()
-        if gone and self.host is not None:
-            self.host.forget([int(n[3:]) for n in gone if n.startswith("cpu")])
-
-    def request_stop(self) -> None:
-        self.live.stop()
-        if hasattr(self.source, "stop"):
-            self.source.stop()
-
-    def stop(self, timeout: float) -> None:
-        """Stop, wait for the loop (within ``timeout``), close the source and trace."""
-        if self.stopped:
-            return
-        self.stopped = True
-        self.request_stop()
-        if self.thread.ident is not None:       # started
-            self.thread.join(timeout)
-        if not self.started or self.feed.join(timeout=0.05):
-            self.source.close()     # never under a reader still inside it
-        if self.trace is not None:
-            self.trace.close()
-
-    @property
-    def recording_failure(self) -> str | None:
-        """Why the recording is incomplete or gone (a full disk, its folder
-        removed), or None."""
-        return self.trace.failure if self.trace is not None else None
-
-    @property
-    def dropped(self) -> int:
-        return self.live.dropped_samples
-
-
-def detector_for(worker: Worker, config: daemon_config.Config) -> str:
-    """The detector the config asks for, as the worker's signals allow."""
-    if source_is_live(worker.source):
-        return choose_detector(config.detector, worker.signals, warn)
-    return config.detector
-
-
-def source_is_live(source) -> bool:
-    return not isinstance(source, PacedReplay)
 
 
 def open_replay(config) -> tuple[PacedReplay, dict, tuple]:
@@ -262,13 +120,12 @@ class Daemon:
         c = self.config
         if c.source == "replay":
             source, meta, signals = open_replay(c)
-            c = daemon_config.for_recording(c, meta)
-            self.workers.append(Worker("replay", source, meta, signals, c,
+            self.workers.append(Worker("replay", source, meta, signals, c, log,
                                        publisher=self.publisher, clock_ns=source.clock_ns,
                                        energy=self.energy))
             return
         for name, source, meta, signals, target, pid in open_live_sources(c):
-            self.workers.append(Worker(name, source, meta, signals, c, target=target,
+            self.workers.append(Worker(name, source, meta, signals, c, log, target=target,
                                        host_signals=target is None, publisher=self.publisher,
                                        pid=pid, energy=self.energy))
 
@@ -366,7 +223,7 @@ class Daemon:
             except UserError as exc:
                 log(f"{target}: {exc}")
                 continue
-            worker = Worker(name, source, meta, signals, c, target=target, host_signals=False,
+            worker = Worker(name, source, meta, signals, c, log, target=target, host_signals=False,
                             publisher=self.publisher, pid=pid, energy=self.energy)
             self.workers.append(worker.start())
             log(f"watching {target}")
@@ -401,7 +258,7 @@ class Daemon:
             new = daemon_config.with_flags(daemon_config.load(self.config_path), self.args)
             check_exposure(new)
             for w in self.workers:
-                detectors.check_signals(detector_for(w, new), w.signals)
+                fitted_settings(new, w.source, w.meta, w.signals, lambda msg: None)
         except UserError as exc:
             log(f"reload refused, keeping the running config: {exc}")
             self.notifier.ready()
@@ -423,12 +280,7 @@ class Daemon:
                                "interval_instructions", "interval_ms")
                    if getattr(old, k) != getattr(new, k)]
         for w in self.workers:
-            w.targets.grace_s = new.grace_seconds
-            detector = detector_for(w, new)
-            if detector_params(new, detector) != w.params.detector:
-                w.params = Params(w.params.interval, w.params.histograms,
-                                  detector_params(new, detector))
-                w.targets.set_params(w.params)
+            w.reconfigure(new)
         if self.publisher:
             self.publisher.samples = new.zmq_samples
         log("config reloaded" + (f"; {', '.join(restart)} take effect at the next start"
@@ -462,7 +314,7 @@ def open_phase_energy(config: daemon_config.Config):
         if config.powercap_root:
             raise
         return None
-    return PhaseEnergy(meter.start(), keep_intervals=False)
+    return PhaseEnergy(meter.start(), one_run=False)
 
 
 def check_record_dir(path: str) -> None:

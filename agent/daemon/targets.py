@@ -1,14 +1,11 @@
-"""One pipeline per target: the daemon's router between a source and the pipelines.
+"""One pipeline per target, and what the daemon counts of each.
 
 A target is a CPU watched system-wide (``cpu<N>``, also each CPU of a replayed
 trace) or a watched process (``pid:<PID>``, ``comm:<NAME>``, ``cgroup:<PATH>``).
-Rows of a batch go to their target's own :class:`~phasewatch.core.pipeline.Pipeline`
-(built by ``Pipeline.for_trace``, as ``run`` and ``replay`` build theirs), and
-each target keeps the few counters the metrics and the publisher report.
-
-:class:`Targets` offers the part of the Pipeline interface that
-:class:`~phasewatch.live.loop.LiveRun` uses (``feed``, ``finish``, ``count``,
-``n_phases``), so the daemon runs on the same live loop as ``run``.
+:class:`Targets` is the driver's :class:`~phasewatch.core.driver.Streams`
+with one pipeline per target (built by ``Pipeline.for_trace``, as ``run``
+and ``replay`` build theirs), and a sink keeping the few counters the
+metrics report.
 
 Memory and the metrics' series stay bounded: each target keeps at most
 ``max_phases`` phases.  The classifier caps its phases itself
@@ -28,13 +25,13 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 import numpy as np
 
-from ..core.batch import SampleBatch
+from ..core.driver import Classified, Streams
 from ..core.params import Params
 from ..core.pipeline import Intervals, Pipeline
+from ..core.source import Sink
 
 DEFAULT_MAX_PHASES = 64
 DEFAULT_GRACE_S = 300.0
@@ -69,16 +66,6 @@ def add_phase_counts(counts: dict[int, int], phase: np.ndarray, new_phase: np.nd
             counts[p] = counts.get(p, 0) + int(n)
 
 
-def cpu_target(cpu: int) -> str:
-    return f"cpu{cpu}"
-
-
-def _empty_intervals() -> Intervals:
-    z = np.zeros(0, np.int64)
-    f = np.zeros(0)
-    return Intervals(z, z, z, z, z, z, f, z, np.zeros(0, np.bool_), f, f)
-
-
 @dataclass
 class TargetState:
     """What the daemon keeps about one target between batches."""
@@ -100,101 +87,53 @@ class TargetState:
         return live_phases(self.pipeline)
 
 
-class Targets:
-    """Routes batches to one pipeline per target and keeps per-target counters.
-
-    ``target_of``: None to route rows by CPU (``cpu<N>``), or a fixed target
-    name for a source that watches one process.  ``listeners`` are called with
-    ``(target, intervals, changes)`` for every batch that completed intervals,
-    where ``changes`` are the rows whose phase differs from the previous one.
-    """
+class Targets(Streams, Sink):
+    """The targets' pipelines (rows routed by CPU, or all to the fixed
+    ``target``), and, as a sink, their counters, read by scrapes on other
+    threads through :meth:`snapshot`."""
 
     def __init__(self, meta: dict, params: Params, *, target: str | None = None,
-                 grace_s: float = DEFAULT_GRACE_S,
-                 listeners: list[Callable] | None = None, lock: threading.Lock | None = None):
+                 grace_s: float = DEFAULT_GRACE_S, lock: threading.Lock | None = None):
+        super().__init__(self._new_target, name=target, on_rows=self._took)
         self.meta = meta
         self.params = params
         self.target = target
         self.grace_s = grace_s
-        self.listeners = listeners if listeners is not None else []
         self.lock = lock or threading.Lock()
         self.by_name: dict[str, TargetState] = {}
-        self.count = 0
         self.samples = 0
         self.forgotten = 0
 
-    # --- the part of the Pipeline interface LiveRun uses -------------------
+    def _new_target(self, name: str) -> Pipeline:
+        pipeline = Pipeline.for_trace(self.meta, self.params)
+        with self.lock:
+            self.by_name[name] = TargetState(name, pipeline)
+        return pipeline
 
-    @property
-    def n_phases(self) -> int:
-        return sum(t.phases for t in self.by_name.values())
-
-    def feed(self, batch: SampleBatch) -> Intervals:
-        if len(batch) == 0:
-            return _empty_intervals()
-        self.samples += len(batch)
-        parts = [self._feed_target(name, rows) for name, rows in self._split(batch)]
-        parts = [p for p in parts if len(p)]
-        return Intervals.join(parts) if parts else _empty_intervals()
-
-    def finish(self) -> Intervals:
-        """The targets' trailing partial intervals are left out, as in replay."""
-        return _empty_intervals()
-
-    # --- routing -----------------------------------------------------------
-
-    def _split(self, batch: SampleBatch):
-        if self.target is not None:
-            yield self.target, batch
-            return
-        cpus = batch["cpu"]
-        first = cpus[0]
-        if (cpus == first).all():
-            yield cpu_target(int(first)), batch
-            return
-        for cpu in np.unique(cpus):
-            rows = np.flatnonzero(cpus == cpu)
-            yield cpu_target(int(cpu)), SampleBatch({n: c[rows] for n, c in batch.columns.items()})
-
-    def _state(self, name: str) -> TargetState:
-        state = self.by_name.get(name)
-        if state is None:
-            state = TargetState(name, Pipeline.for_trace(self.meta, self.params))
-            with self.lock:
-                self.by_name[name] = state
-        return state
-
-    def _feed_target(self, name: str, batch: SampleBatch) -> Intervals:
-        state = self._state(name)
-        state.samples += len(batch)
+    def _took(self, name: str, rows: int) -> None:
+        state = self.by_name[name]
+        state.samples += rows
         state.last_seen = time.monotonic()
-        intervals = state.pipeline.feed(batch)
-        if len(intervals) == 0:
-            return intervals
-        intervals.phase = slots_of(state.pipeline.classifier, intervals.phase)
-        self._count(state, intervals)
-        self._count_retired(state)
-        return intervals
+        self.samples += rows
 
-    def _count(self, state: TargetState, iv: Intervals) -> None:
-        previous = np.concatenate([[state.phase], iv.phase[:-1]])
-        changed = iv.phase != previous
+    def ids(self, pipeline: Pipeline, intervals: Intervals) -> np.ndarray:
+        return slots_of(pipeline.classifier, intervals.phase)
+
+    # --- as a sink: the counters ---------------------------------------------
+
+    def classified(self, c: Classified) -> None:
+        iv = c.intervals
+        if iv.partial:
+            return
+        state = self.by_name[c.stream]
         with self.lock:
             state.intervals += len(iv)
-            state.phase_changes += int(changed[previous >= 0].sum()) if len(iv) else 0
+            state.phase_changes += int(((iv.phase != c.previous) & (c.previous >= 0)).sum())
             add_phase_counts(state.phase_intervals, iv.phase, iv.new_phase)
             state.phase = int(iv.phase[-1])
-            self.count += len(iv)
-        for listener in self.listeners:
-            listener(state.name, iv, np.flatnonzero(changed), previous)
+            state.phases_retired = state.retired_base + int(state.pipeline.classifier.retired)
 
-    def _count_retired(self, state: TargetState) -> None:
-        """The phases the classifier retired itself (their slots' counts
-        started again when a new phase took them)."""
-        retired = state.retired_base + int(state.pipeline.classifier.retired)
-        if retired != state.phases_retired:
-            with self.lock:
-                state.phases_retired = retired
+    # --- housekeeping --------------------------------------------------------
 
     def _retire(self, state: TargetState) -> None:
         """Start the target's classifier afresh: its phases are retired."""
@@ -210,8 +149,8 @@ class Targets:
             state.phase_intervals = {}
             state.phase = -1
             state.pipeline = fresh
-
-    # --- housekeeping --------------------------------------------------------
+        self.pipelines[state.name] = fresh
+        self.last_phase.pop(state.name, None)
 
     def set_params(self, params: Params) -> None:
         """New detector settings: every target starts a new classifier with them."""
@@ -226,6 +165,7 @@ class Targets:
         with self.lock:
             for name in gone:
                 del self.by_name[name]
+        self.forget(gone)
         self.forgotten += len(gone)
         return gone
 

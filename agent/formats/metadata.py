@@ -18,20 +18,26 @@ from msgspec import Meta, Struct, field
 
 from .. import __version__
 from ..core.cpumodels import MAX_PLAUSIBLE_MHZ, UNKNOWN
+from ..core.detectors import SAMPLE_DETECTORS
 from ..core.params import (DEFAULT_CPI_TOLERANCE, DEFAULT_INTERVAL_INSTRUCTIONS,
                            DEFAULT_THRESHOLD, HistogramParams, IntervalParams,
                            histograms_dict, interval_dict)
+from ..core.settings import LIMITS, MAX_INTERVAL_NS, MIN_INTERVAL_NS, Limit
 from ..errors import UserError
 
 FORMAT = "phasewatch-trace"
 FORMAT_VERSION = 1
 
-#: Bounds of the numbers in the metadata (and of the matching options).
+#: Bounds of the numbers in the metadata (the settings' own: core.settings.LIMITS).
 MAX_BASE_MHZ = MAX_PLAUSIBLE_MHZ
-MAX_INTERVAL_INSTRUCTIONS = 10**15
-MIN_INTERVAL_NS, MAX_INTERVAL_NS = 10_000, 86_400 * 10**9   # 10 µs .. a day
 MAX_BINS = 4096
 U64_MAX = 2**64 - 1
+
+def bounded(limit: Limit, unit: str = "") -> Meta:
+    """The msgspec constraint of a setting's range, its advice as description."""
+    low = {"gt": limit.low} if limit.low_open else {"ge": limit.low}
+    return Meta(**low, le=limit.high, description=limit.advice(unit))
+
 
 Finite = Annotated[float, Meta(ge=-sys.float_info.max, le=sys.float_info.max)]
 Address = Annotated[int, Meta(ge=0)]       # and at most U64_MAX: _inconsistency
@@ -52,10 +58,10 @@ class CpuSchema(_Schema):
 
 class IntervalSchema(_Schema):
     kind: Literal["instructions", "time", "samples"] = "instructions"
-    instructions: Annotated[int, Meta(ge=1, le=MAX_INTERVAL_INSTRUCTIONS)] = \
+    instructions: Annotated[int, bounded(LIMITS["interval_instructions"])] = \
         DEFAULT_INTERVAL_INSTRUCTIONS
     ns: Annotated[int, Meta(ge=MIN_INTERVAL_NS, le=MAX_INTERVAL_NS)] = IntervalParams.ns
-    samples: Annotated[int, Meta(ge=1, le=10**9)] = IntervalParams.samples
+    samples: Annotated[int, bounded(LIMITS["interval_samples"])] = IntervalParams.samples
 
 
 class HistogramSchema(_Schema):
@@ -85,10 +91,10 @@ class MappingSchema(_Schema):
 class DetectionSchema(_Schema):
     """The detection settings the recording command used: a replay's defaults."""
 
-    detector: Literal["vpf", "vpf-ip", "vpf-ip-fold"] = "vpf"
-    threshold: Annotated[float, Meta(gt=0.0, le=1.0)] = DEFAULT_THRESHOLD
+    detector: Literal[SAMPLE_DETECTORS] = "vpf"
+    threshold: Annotated[float, bounded(LIMITS["threshold"])] = DEFAULT_THRESHOLD
     adaptive: bool = False
-    cpi_tolerance: Annotated[float, Meta(ge=0.0, le=10.0)] = DEFAULT_CPI_TOLERANCE
+    cpi_tolerance: Annotated[float, bounded(LIMITS["cpi_tolerance"])] = DEFAULT_CPI_TOLERANCE
 
 
 class TraceSchema(_Schema):

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.batch import RAW_DTYPES, SampleBatch, first_bad_id, id_problem
+from ..core.source import Sink
 from ..errors import UserError
 from . import metadata as md
 from .outputs import open_output
@@ -40,8 +41,10 @@ def arrow_schema(signals, metadata: dict[str, Any]) -> pa.Schema:
     return pa.schema(fields, metadata={META_KEY: json.dumps(metadata).encode()})
 
 
-class TraceWriter:
-    """Appends sample batches to a trace file.
+class TraceWriter(Sink):
+    """Appends sample batches to a trace file (as a sink: every batch the
+    driver takes, before the pipeline sees it, so that the trace holds
+    exactly what was classified).
 
     With ``side_table``, the trace's side table (:mod:`.sidetable`) is written
     with it as one unit: both stay under temporary names until both are
@@ -101,6 +104,9 @@ class TraceWriter:
             self._side.stream.write("".join(json.dumps(r) + "\n" for r in rows))
             self._side.stream.flush()
 
+    def batch(self, batch: SampleBatch) -> None:
+        self.write(batch)
+
     def write(self, batch: SampleBatch) -> None:
         if len(batch) == 0:
             return
@@ -124,9 +130,13 @@ class TraceWriter:
             self._complete = self._out.stream.tell()
         self._last_write = time.monotonic()
 
-    def close(self) -> None:
+    def close(self, complete: bool = True) -> None:
         """Finish the trace and put it in place (see :mod:`phasewatch.formats.outputs`);
-        after a failed write, :attr:`failure` says why there is none."""
+        after a failed write, :attr:`failure` says why there is none.  Not
+        ``complete`` (an error ended the run): abandoned, as :meth:`discard`."""
+        if not complete:
+            self.discard()
+            return
         try:
             self.flush()
             self._writer.close()

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..core.batch import MISSING, SampleBatch
 from ..core.decode import DecoderState, F, decode
+from ..core.source import Sink
 
 RAW_COUNTERS = ("aperf", "mperf", "pperf", "tsc", "c3", "c6", "c7")
 CSTATES = ("c1", "c3", "c6", "c7")
@@ -48,8 +49,8 @@ class Histogram:
         return [(repr(float(b)), c) for b, c in zip(self.bounds.tolist(), cum)] + [("+Inf", cum[-1])]
 
 
-class HostSignals:
-    """Latest per-CPU signals from the batches fed, for the metrics."""
+class HostSignals(Sink):
+    """Latest per-CPU signals from the batches taken, for the metrics."""
 
     def __init__(self, base_mhz: float, voltage_from_perf_status: bool = True,
                  package_of=lambda cpu: 0):
@@ -68,7 +69,7 @@ class HostSignals:
         self.voltage_hist = Histogram(VOLTAGE_BUCKETS)
         self.pfreq_hist = Histogram(PFREQ_BUCKETS)
 
-    def feed(self, batch: SampleBatch) -> None:
+    def batch(self, batch: SampleBatch) -> None:
         if len(batch) == 0:
             return
         decoded = decode(batch, self.decoder, self.base_mhz, self.voltage_from_perf_status)

@@ -1,11 +1,13 @@
-"""The live loop of ``phasewatch run``: source thread, bounded queue, pipeline, sinks.
+"""The live loop of ``phasewatch run`` and of ``phasewatchd``'s workers:
+source thread, bounded queue, driver.
 
 The source thread only reads the sample source and queues each batch.  When
 the queue is full it drops the batch and counts it, so a slow consumer (a
 trace on a slow disk, a busy terminal) never stalls sampling.
 
 The consumer runs on the calling thread (where signal handlers run) and
-hands every batch first to the trace, then to the pipeline, then the
+hands every batch to the driver (:class:`~phasewatch.core.driver.Driver`):
+its sinks first (the trace among them), then the pipeline, then the
 classified intervals to the sinks.  The trace thus holds exactly the samples
 the pipeline saw, and replays to the same phases, interval for interval.
 """
@@ -15,15 +17,12 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from ..core.batch import SampleBatch
 
 if TYPE_CHECKING:  # not imported at run time: a source thread starts before the kernels load
-    from ..core.pipeline import Intervals, Pipeline
-    from ..core.source import Sink
-    from ..formats.trace import TraceWriter
-    from .phase_functions import PhaseFunctions
+    from ..core.driver import Classified, Driver
     from .status import StatusLine
 
 #: Batches the queue holds; about a minute of samples at 1 kHz, 64 per batch.
@@ -83,33 +82,34 @@ class SourceThread:
 
 
 class LiveRun:
-    """Feeds one source's batches through the pipeline to the sinks until the source ends."""
+    """Hands one source's queued batches to a driver until the source ends."""
 
-    def __init__(self, source: SourceThread, pipeline: Pipeline, *,
-                 sinks: Sequence[Sink] = (), trace: TraceWriter | None = None,
-                 functions: PhaseFunctions | None = None, status: StatusLine | None = None,
-                 lost_samples: Callable[[], int] = lambda: 0,
-                 taps: Sequence[Callable[[SampleBatch], None]] = ()):
+    def __init__(self, source: SourceThread, driver: Driver, *, status: StatusLine | None = None,
+                 lost_samples: Callable[[], int] = lambda: 0):
         self.source = source
-        self.pipeline = pipeline
-        self.sinks = list(sinks)
-        self.trace = trace
-        self.functions = functions
+        self.driver = driver
         self.status = status
         self.lost_samples = lost_samples
-        self.taps = list(taps)
-        self.phase: int | None = None
         self.stopped = False
 
     def run(self, poll_s: float = POLL_S) -> None:
+        self.driver.run(self.batches(poll_s))
+
+    def batches(self, poll_s: float = POLL_S) -> Iterator[SampleBatch]:
+        """The source's batches until it ends or :meth:`stop`; the status line
+        is drawn again after each batch that completed intervals, and once a
+        second anyway."""
         next_show = time.monotonic() + 1.0
         while not self.stopped:
             try:
                 batch = self.source.get(timeout=poll_s)
             except StopIteration:
-                break
+                return
             if batch is not None:
-                self.consume(batch)
+                count = self.driver.streams.count
+                yield batch
+                if self.driver.streams.count != count:
+                    self._show()
             if time.monotonic() >= next_show:
                 next_show = time.monotonic() + 1.0
                 self._show()
@@ -118,36 +118,19 @@ class LiveRun:
         """End :meth:`run` within ``poll_s`` (from another thread or a signal handler)."""
         self.stopped = True
 
-    def consume(self, batch: SampleBatch) -> None:
-        if self.trace is not None:
-            self.trace.write(batch)
-        for tap in self.taps:
-            tap(batch)
-        intervals = self.pipeline.feed(batch)
-        if self.functions is not None and "ip" in batch:
-            self.functions.add(batch["ip"], intervals)
-        self._deliver(intervals)
-
-    def finish(self) -> Intervals:
-        """Hand the trailing partial interval to the sinks; return it."""
-        tail = self.pipeline.finish()
-        self._deliver(tail)
+    def finish(self) -> list[Classified]:
+        """Hand the trailing partial intervals to the sinks; return them."""
+        tails = self.driver.finish()
         self._show()
-        return tail
+        return tails
 
     @property
     def dropped_samples(self) -> int:
         return self.source.dropped_samples + self.lost_samples()
 
-    def _deliver(self, intervals: Intervals) -> None:
-        for sink in self.sinks:
-            sink.write(intervals)
-        if len(intervals) and not intervals.partial:
-            self.phase = int(intervals.phase[-1])
-            self._show()
-
     def _show(self) -> None:
+        streams = self.driver.streams
         if self.status is not None and self.status.enabled:
-            self.status.update(intervals=self.pipeline.count, phase=self.phase,
-                               phases=self.pipeline.n_phases, dropped=self.dropped_samples,
-                               implausible=sum(self.pipeline.implausible().values()))
+            self.status.update(intervals=streams.count, phase=streams.last_phase.get(streams.name),
+                               phases=streams.n_phases, dropped=self.dropped_samples,
+                               implausible=streams.implausible())

@@ -29,9 +29,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..collectors import powercap
+from ..core.source import Sink
 from ..errors import UserError
 
 if TYPE_CHECKING:  # the meter starts before the command does, ahead of numba
+    from ..core.source import Classified
     from ..core.pipeline import Intervals
 
 POLL_S = 0.5
@@ -132,7 +134,7 @@ class _Target:
         self.power: dict = {}           # phase -> [µJ, ns] of the windows it had alone
 
 
-class PhaseEnergy:
+class PhaseEnergy(Sink):
     """A sink giving each complete interval its energy and adding it to the
     interval's phase.
 
@@ -147,19 +149,31 @@ class PhaseEnergy:
     grow.  Exact where each phase draws a steady power; time outside the
     target's intervals takes its share and is dropped.
 
-    ``clock_ns`` maps the samples' times to CLOCK_MONOTONIC (a paced
-    replay's); as a listener of the daemon's targets (:meth:`listen`) the
-    energy is kept per target and phase."""
+    Energy is kept per stream (a daemon's target) and phase.  One run's sink
+    (``one_run``) keeps each interval's energy too (for a profile) and, when
+    closed, stops the meter and settles every interval; the daemon's is
+    shared by its workers, each through :meth:`bound`."""
 
-    def __init__(self, meter: EnergyMeter, keep_intervals: bool = True):
+    def __init__(self, meter: EnergyMeter, one_run: bool = True):
         self.meter = meter
-        self.keep_intervals = keep_intervals    # per-interval energy, for a profile
+        self.one_run = one_run
+        self.keep_intervals = one_run      # per-interval energy, for a profile
         self._targets: dict[str, _Target] = {}
         self._lock = threading.Lock()
         self.intervals: list[tuple[int, int, int, float]] = []  # index, t0, t1, µJ
         self.phase_uj: dict[tuple[str, int], float] = {}
         self.phase_instructions: dict[tuple[str, int], int] = {}
         self.phase_counted_uj: dict[tuple[str, int], float] = {}
+        self._finished = False
+
+    def classified(self, c: Classified) -> None:
+        self.write(c.intervals, c.stream)
+
+    def bound(self, clock_ns=None) -> Sink:
+        """A sink for one of the daemon's workers, whose samples' times
+        ``clock_ns`` maps to CLOCK_MONOTONIC (a paced replay's); closing it
+        leaves the meter running."""
+        return _BoundEnergy(self, clock_ns)
 
     def write(self, intervals: Intervals, target: str = "", clock_ns=None) -> None:
         if len(intervals) == 0 or intervals.partial:
@@ -175,12 +189,9 @@ class PhaseEnergy:
             state.known_until = max(state.known_until, max(t1))
         self.settle()
 
-    def listen(self, target: str, intervals: Intervals, changes, previous, clock_ns=None) -> None:
-        """The daemon's target listener."""
-        self.write(intervals, target, clock_ns)
-
-    def close(self) -> None:
-        pass
+    def close(self, complete: bool = True) -> None:
+        if self.one_run:
+            self.finish()
 
     def settle(self, final: bool = False) -> None:
         """Split the windows whose intervals are all known (every window,
@@ -191,7 +202,10 @@ class PhaseEnergy:
                 self._split_windows(target, state, t, uj, final)
 
     def finish(self) -> None:
-        """Stop the meter (a last reading) and settle every interval."""
+        """Stop the meter (a last reading) and settle every interval; once."""
+        if self._finished:
+            return
+        self._finished = True
         self.meter.stop()
         self.settle(final=True)
 
@@ -284,3 +298,11 @@ class PhaseEnergy:
                           "energy_j_per_100m": (self.phase_counted_uj[(t, p)] / 1e6
                                                 * PER_INSTRUCTIONS / n if n else None)}
             return out
+
+
+class _BoundEnergy(Sink):
+    def __init__(self, energy: PhaseEnergy, clock_ns):
+        self.energy, self.clock_ns = energy, clock_ns
+
+    def classified(self, c: Classified) -> None:
+        self.energy.write(c.intervals, c.stream, self.clock_ns)

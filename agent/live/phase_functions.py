@@ -9,9 +9,9 @@ Per phase, IPs are kept raw only up to ``fold_at``; then they are resolved to
 function names and added to per-name counts.  Memory is bounded by that cap
 and the number of distinct functions, not by the length of the run.
 
-Over a process tree (a :class:`~.symbols.TreeSymbolizer`), ``take_threads``
-sees each batch before the pipeline does: its thread ids go with the IPs, so
-that each IP is named in the mappings of its own process.
+As a sink it sees each batch before the pipeline does; over a process tree
+(a :class:`~.symbols.TreeSymbolizer`) the batch's thread ids go with its IPs,
+so that each IP is named in the mappings of its own process.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from collections import Counter
 import numpy as np
 
 from ..core.pipeline import Intervals
+from ..core.source import Sink
 from .symbols import Symbolizer, TreeSymbolizer
 
 FOLD_AT = 65536
 
 
-class PhaseFunctions:
+class PhaseFunctions(Sink):
     """Per-phase sample counts by function, fed alongside the pipeline."""
 
     def __init__(self, symbolizer: Symbolizer | TreeSymbolizer, fold_at: int = FOLD_AT):
@@ -34,28 +35,27 @@ class PhaseFunctions:
         self.fold_at = fold_at
         self._unassigned: list[np.ndarray] = []
         self._raw: dict[int, list[np.ndarray]] = {}
-        self._threads: list[np.ndarray] | None = None       # the tids of the batches taken
         self._unassigned_tids: list[np.ndarray] = []
         self._raw_tids: dict[int, list[np.ndarray]] = {}
         self._raw_n: dict[int, int] = {}
         self._names: dict[int, Counter] = {}
 
-    def take_threads(self, batch) -> None:
-        """A batch about to be fed: its threads go with its IPs in :meth:`add`
-        (and their processes' mappings are read while they live)."""
-        if "ip" not in batch or "tid" not in batch or not isinstance(self.symbolizer,
-                                                                     TreeSymbolizer):
+    def batch(self, batch) -> None:
+        """A batch about to be fed: its IPs wait for their intervals, with
+        their threads over a tree (whose processes' mappings are read while
+        they live)."""
+        if "ip" not in batch:
             return
-        if self._threads is None:
-            self._threads = []
-        self._threads.append(batch["tid"])
-        self.symbolizer.watch(batch["ip"], batch["tid"])
+        self._unassigned.append(batch["ip"])
+        if "tid" in batch and isinstance(self.symbolizer, TreeSymbolizer):
+            self._unassigned_tids.append(batch["tid"])
+            self.symbolizer.watch(batch["ip"], batch["tid"])
 
-    def add(self, ips: np.ndarray, intervals: Intervals) -> None:
-        """The IPs of the batch just fed to the pipeline, and the intervals it completed."""
-        self._unassigned.append(ips)
-        if self._threads:
-            self._unassigned_tids.append(self._threads.pop(0))
+    def classified(self, c) -> None:
+        self.add(c.intervals)
+
+    def add(self, intervals: Intervals) -> None:
+        """The intervals the batches taken so far completed."""
         if len(intervals) == 0 or intervals.partial:
             return
         rows = np.concatenate(self._unassigned)

@@ -1,33 +1,39 @@
 """Each phase's IP samples as a pprof profile, labelled by phase, interval,
 thread and CPU.
 
-:meth:`PhaseProfile.tap` takes every batch before the pipeline sees it, and
-:meth:`PhaseProfile.write` the intervals that batch completed (as a sink
-does).  Interval k holds the next ``samples[k]`` rows after those of interval
-k-1 (as in :mod:`.phase_functions`), so rows wait until their interval is
-classified; then they are counted per (interval, phase, IP, thread, CPU).
-Rows of the trailing partial interval belong to no phase and are left out,
-as in the phase table.
+As a sink, :class:`PhaseProfile` takes every batch before the pipeline sees
+it, and the intervals that batch completed.  Interval k holds the next
+``samples[k]`` rows after those of interval k-1 (as in :mod:`.phase_functions`),
+so rows wait until their interval is classified; then they are counted per
+(interval, phase, IP, thread, CPU).  Rows of the trailing partial interval
+belong to no phase and are left out, as in the phase table.
 
 :meth:`PhaseProfile.build` symbolizes the IPs the way the phase table does
 (:class:`~.symbols.Symbolizer`) and gives a
 :class:`~phasewatch.formats.pprof.ProfileBuilder`: sample types ``samples``
 (count) and ``cpu`` (nanoseconds: samples times the sampling period), plus
 ``energy`` (microjoules) where each interval's energy is known, shared among
-its samples.
+its samples.  Given a path, closing the sink writes the profile there.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
 from typing import Mapping as MappingType
 
 import numpy as np
 
 from ..core.batch import KERNEL_START, SampleBatch
 from ..core.pipeline import Intervals
-from ..formats.pprof import ProfileBuilder, ProfileMapping
+from ..core.source import Sink
+from ..errors import UserError
+from ..formats.pprof import ProfileBuilder, ProfileMapping, write_profile
 from .symbols import KERNEL, Symbolizer
+
+if TYPE_CHECKING:
+    from ..core.source import Classified
 
 ROW = np.dtype([("interval", np.int64), ("phase", np.int64), ("ip", np.uint64),
                 ("tid", np.int64), ("cpu", np.int64)])
@@ -35,24 +41,49 @@ ROW = np.dtype([("interval", np.int64), ("phase", np.int64), ("ip", np.uint64),
 COLUMNS = ("ip", "tid", "cpu")
 
 
-class PhaseProfile:
+@dataclass
+class ProfileFile:
+    """Where a profile goes and what it is built with, when the run ends:
+    the symbolizer and each interval's energy (µJ by index, or None) as
+    they are then."""
+
+    path: str
+    symbolizer: Callable[[], Symbolizer]
+    energy_uj: Callable[["PhaseProfile"], MappingType[int, float] | None] = lambda profile: None
+    realtime_offset_ns: int | None = None
+    comments: list[str] = field(default_factory=list)
+    inputs: list = field(default_factory=list)
+
+
+class PhaseProfile(Sink):
     """Per-interval IP sample counts, fed alongside the pipeline."""
 
     columns = COLUMNS
 
-    def __init__(self, period_ns: int):
+    def __init__(self, period_ns: int, file: ProfileFile | None = None):
         self.period_ns = int(period_ns)
+        self.file = file
         self._pending: list[np.ndarray] = []   # (ip, tid, cpu) rows not yet in an interval
         self._counted: list[tuple[np.ndarray, np.ndarray]] = []  # unique ROW rows, counts
         self.first_ns: int | None = None
         self.last_ns: int | None = None
         self.times: dict[int, tuple[int, int]] = {}   # interval -> (t_start_ns, t_end_ns)
 
-    def tap(self, batch: SampleBatch) -> None:
+    @staticmethod
+    def check_columns(signals, where: str) -> None:
+        missing = [name for name in COLUMNS if name not in signals]
+        if missing:
+            raise UserError(f"--pprof needs {where}'s {', '.join(missing)} column: "
+                            f"record it with 'phasewatch run --record'")
+
+    def batch(self, batch: SampleBatch) -> None:
         rows = np.empty(len(batch), ROW)
         for name in COLUMNS:
             rows[name] = batch[name]
         self._pending.append(rows)
+
+    def classified(self, c: Classified) -> None:
+        self.write(c.intervals)
 
     def write(self, intervals: Intervals) -> None:
         if len(intervals) == 0 or intervals.partial:
@@ -70,16 +101,13 @@ class PhaseProfile:
             self.first_ns = int(intervals.t_start_ns[0])
         self.last_ns = int(intervals.t_end_ns[-1])
 
-    def close(self) -> None:
-        pass
-
-    def fed(self, batches, pipeline):
-        """The intervals ``pipeline`` gives for each batch, with this profile fed alongside."""
-        for batch in batches:
-            self.tap(batch)
-            intervals = pipeline.feed(batch)
-            self.write(intervals)
-            yield intervals
+    def close(self, complete: bool = True) -> None:
+        f = self.file
+        if f is None or not complete:
+            return
+        builder = self.build(f.symbolizer(), realtime_offset_ns=f.realtime_offset_ns,
+                             energy_uj=f.energy_uj(self), comments=f.comments)
+        self.failure = write_profile(f.path, builder, inputs=f.inputs)
 
     def recorded_energy(self, table: dict[int, tuple[int, int, float]] | None) -> dict | None:
         """Microjoules by interval from a recording's energy table, if every

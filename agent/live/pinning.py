@@ -19,12 +19,13 @@ from typing import Callable
 import numpy as np
 
 from ..core.batch import SampleBatch
+from ..core.source import Sink
 from .symbols import descendants
 
 
 
-class PinWhileSingleThreaded:
-    """A tap on the batches of a run: unpins CMD's tree once it runs two threads."""
+class PinWhileSingleThreaded(Sink):
+    """A sink on the batches of a run: unpins CMD's tree once it runs two threads."""
 
     def __init__(self, pid: int, cpu: int | None, cpus: set[int], say: Callable[[str], None]):
         self.pid = pid
@@ -44,7 +45,7 @@ class PinWhileSingleThreaded:
         if runnable > 1:
             self.release(runnable)
 
-    def __call__(self, batch: SampleBatch) -> None:
+    def batch(self, batch: SampleBatch) -> None:
         if "tid" not in batch or len(batch) == 0:
             return
         tids = np.unique(batch["tid"]).tolist()

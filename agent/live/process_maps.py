@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 
 from ..core.batch import SampleBatch
+from ..core.source import Sink
 from .symbols import Mapping, read_maps
 
 #: Threads whose maps are read at one refresh, at most.
@@ -40,8 +41,9 @@ def mapping_row(m: Mapping, t_ns: int | None) -> dict:
     return row
 
 
-class ProcessMappings:
-    """Keeps a pipeline's code map in step with a live process's mappings."""
+class ProcessMappings(Sink):
+    """Keeps a pipeline's code map in step with a live process's mappings: a
+    sink that takes each batch before the pipeline does."""
 
     def __init__(self, pid: int, pipeline, record=None,
                  read: Callable[[int], list[Mapping]] = read_maps, just_execd: bool = False):
@@ -58,7 +60,7 @@ class ProcessMappings:
         if just_execd:
             self.refresh(None)
 
-    def before_feed(self, batch: SampleBatch) -> None:
+    def batch(self, batch: SampleBatch) -> None:
         """Learn the mappings the batch's IPs need, before the pipeline sees it."""
         if "ip" not in batch or len(batch) == 0:
             return

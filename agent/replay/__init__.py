@@ -1,3 +1,4 @@
-"""Recorded traces through the pipeline: one trace into its sinks, many
-streams in parallel, or one paced as it was recorded (phasewatchd --replay).
-Imports ``formats`` and ``core``."""
+"""Recorded traces through the one driver: one trace (or a SimPoint .bb
+file) into its sinks, many streams in parallel, or one paced as it was
+recorded (phasewatchd --replay).  Imports ``live``, ``simpoint``,
+``formats`` and ``core``."""

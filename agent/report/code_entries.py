@@ -10,19 +10,20 @@ from collections import Counter, defaultdict
 import numpy as np
 
 from ..core.batch import SampleBatch
+from ..core.source import Sink
 from ..live.symbols import Symbolizer, TreeSymbolizer
 
 
-class CodeEntries:
-    """Feed it each batch just before the pipeline gets it (the code map is
-    then the one the batch is classified with); ``names`` labels entries."""
+class CodeEntries(Sink):
+    """A sink taking each batch just before the pipeline does (the code map
+    is then the one the batch is classified with); ``names`` labels entries."""
 
     def __init__(self, pipeline, symbolizer: Symbolizer | TreeSymbolizer):
         self.pipeline = pipeline
         self.symbolizer = symbolizer
         self._seen: dict[int, Counter] = defaultdict(Counter)    # entry -> (ip, tid) -> n
 
-    def add(self, batch: SampleBatch) -> None:
+    def batch(self, batch: SampleBatch) -> None:
         hist = self.pipeline.params.histograms
         if "ip" not in batch or len(batch) == 0 or hist.ip_signature == "fold":
             return

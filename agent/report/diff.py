@@ -19,15 +19,17 @@ listed but not counted as a change of the program.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 import numpy as np
 
 from ..core.histograms import (TOTAL_VARIATION, cumulative_distance_reference,
                                total_variation_distance_reference)
+from ..core.driver import Driver
 from ..core.intervals import SEGMENT_KINDS
-from ..core.settings import choose_detector, pipeline_of, with_detection
+from ..core.settings import DetectionSettings, pipeline_for
+from ..core.source import Sink
 from ..formats.energytable import read_energy_table
 from ..formats.tracefiles import open_trace
 from ..live.phase_functions import PhaseFunctions
@@ -88,21 +90,23 @@ class RunPhases:
         return self.phases[phase].samples / max(self.total_samples, 1)
 
 
-class _Collector:
-    """A pipeline profile observer adding each interval into its phase;
-    ``energy`` is the recording's energy table (by interval index), if any:
-    energy is known only while every interval matches a row of it."""
+class _Collector(Sink):
+    """A sink adding each interval's profile into its phase; ``energy`` is
+    the recording's energy table (by interval index), if any: energy is
+    known only while every interval matches a row of it."""
 
     def __init__(self, energy: dict[int, tuple[int, int, float]] | None = None):
         self.phases: dict[int, PhaseStats] = {}
         self.energy = energy
         self.energy_known = energy is not None
 
-    def __call__(self, block, intervals) -> None:
-        for row in range(len(intervals)):
-            stats = self.phases.setdefault(int(intervals.phase[row]),
-                                           PhaseStats(int(intervals.phase[row])))
-            self._add(stats, block.profiles[row], block.segment_samples[row], intervals, row)
+    def classified(self, c) -> None:
+        iv = c.intervals
+        if iv.partial:
+            return
+        for row in range(len(iv)):
+            stats = self.phases.setdefault(int(iv.phase[row]), PhaseStats(int(iv.phase[row])))
+            self._add(stats, iv.profiles[row], iv.segment_samples[row], iv, row)
 
     def _add(self, stats: PhaseStats, profile, segment_samples, iv, row) -> None:
         has = (segment_samples > 0).astype(np.int64)
@@ -136,25 +140,22 @@ class _Collector:
             stats.counted_energy_j += known[2] / 1e6
 
 
-def run_phases(trace: str, args: argparse.Namespace, warn) -> RunPhases:
-    """Replay ``trace`` with the detection options in ``args``."""
+def run_phases(trace: str, given: Mapping[str, Any], warn) -> RunPhases:
+    """Replay ``trace`` with the detection settings ``given`` (setting ->
+    value, None: the recording's own)."""
     source = open_trace(trace, warn=warn)
     try:
-        args = with_detection(args, source.metadata.get("detection"))
-        detector = choose_detector(args.detector, tuple(source.signals), warn)
-        pipeline = pipeline_of(source, argparse.Namespace(**{**vars(args), "detector": detector}),
-                               warn)
+        meta = source.metadata
+        settings = DetectionSettings.given(given, meta.get("detection"))
+        pipeline = pipeline_for(meta, settings, tuple(meta.get("signals") or source.signals),
+                                warn, fall_back=True)
         collector = _Collector(read_energy_table(trace))
-        pipeline.observe_profiles(collector)
+        pipeline.keep_profiles()
         has_ips = "ip" in source.signals
-        functions = PhaseFunctions(Symbolizer.from_metadata(source.metadata)) if has_ips else None
+        functions = PhaseFunctions(Symbolizer.from_metadata(meta)) if has_ips else None
         if hasattr(source, "read_only"):
             source.read_only(pipeline.columns | ({"ip"} if has_ips else set()))
-        for batch in source.batches():
-            intervals = pipeline.feed(batch)
-            if functions is not None:
-                functions.add(batch["ip"], intervals)
-        meta = source.metadata
+        Driver(pipeline, [collector] + ([functions] if functions else [])).run(source.batches())
     finally:
         source.close()
     for stats in collector.phases.values():

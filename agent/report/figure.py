@@ -14,14 +14,15 @@ length; the per-interval scalars (phase, distance, times) are kept whole.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..core.classify import threshold_history
-from ..core.intervals import SEGMENTS, IntervalBlock
+from ..core.intervals import SEGMENTS
 from ..core.params import Params
 from ..core.pipeline import Intervals
+from ..core.source import Sink
 
 MAX_COLUMNS = 2000
 #: The code signature's heatmap shows its hottest entries only (of 1024):
@@ -108,8 +109,9 @@ class ColumnSums:
         return self.sums[:self.columns]
 
 
-class FigureRecorder:
-    """A pipeline profile observer that gathers what the figure shows."""
+class FigureRecorder(Sink):
+    """A sink that gathers what the figure shows from the intervals'
+    profiles (:meth:`of` has the pipeline keep them)."""
 
     def __init__(self, params: Params, bounds: np.ndarray, used: np.ndarray,
                  max_columns: int = MAX_COLUMNS):
@@ -122,12 +124,22 @@ class FigureRecorder:
         #: Labels code-signature entries (e.g. :meth:`.code_entries.CodeEntries.names`).
         self.name_entries = lambda entries: {}
 
-    def __call__(self, block: IntervalBlock, intervals: Intervals) -> None:
-        if len(block) == 0:
+    @classmethod
+    def of(cls, pipeline) -> "FigureRecorder":
+        """The recorder of a pipeline's intervals, which keep their profiles from now on."""
+        pipeline.keep_profiles()
+        return cls(pipeline.params, pipeline.layout.bounds, pipeline.used)
+
+    def classified(self, c) -> None:
+        self.add(c.intervals)
+
+    def add(self, intervals: Intervals) -> None:
+        """Complete intervals, with their profiles."""
+        if len(intervals) == 0 or intervals.partial:
             return
-        has = (block.segment_samples > 0).astype(np.float64)
-        self._profiles.add(np.hstack([block.profiles, has]))
-        self._scalars.append(intervals)
+        has = (intervals.segment_samples > 0).astype(np.float64)
+        self._profiles.add(np.hstack([intervals.profiles, has]))
+        self._scalars.append(replace(intervals, profiles=None, segment_samples=None))
 
     @property
     def n_intervals(self) -> int:

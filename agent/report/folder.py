@@ -4,8 +4,10 @@ each complete or not at all, with the table of its phases beside them."""
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 from ..core.pipeline import Intervals
+from ..core.source import Sink
 from ..errors import UserError
 from ..formats.outputs import check_outputs, write_all_or_none
 from ..formats.results import PhaseSummary
@@ -56,3 +58,27 @@ def check_report_dir(out_dir: str) -> None:
         raise UserError(f"cannot make the report folder {out_dir}: {exc.strerror}") from None
     if not os.access(out_dir, os.W_OK):
         raise UserError(f"cannot write in the report folder {out_dir}: permission denied")
+
+
+class ReportFolder(Sink):
+    """A live run's ``--report DIR``: the recorder's figure drawn into DIR
+    when the run has ended well; ``describe()`` gives the title and notes."""
+
+    def __init__(self, out_dir: str, recorder, functions: PhaseFunctions | None,
+                 describe: Callable[[], tuple[str, list[str]]], warn: Callable[[str], None]):
+        self.out_dir, self.recorder, self.functions = out_dir, recorder, functions
+        self.describe, self.warn = describe, warn
+
+    def close(self, complete: bool = True) -> None:
+        if not complete:
+            return
+        if self.recorder.n_intervals == 0:
+            self.warn(f"no report in {self.out_dir}: the run ended before its first interval did")
+            return
+        iv = self.recorder.intervals()
+        figure = self.recorder.figure(iv.phase, iv.distance, iv.new_phase)
+        title, notes = self.describe()
+        try:
+            write_report(self.out_dir, figure, title, notes, phase_rows(iv, self.functions))
+        except UserError as exc:
+            self.failure = str(exc)

@@ -1,0 +1,171 @@
+"""One source of the daemon on the live loop, in a thread of its own.
+
+A worker takes one source (every CPU system-wide, one watched process, or a
+paced replay of a trace) through the one driver to its sinks: the trace it
+records, the host signals, the ZeroMQ publisher, its targets' counters and
+energy per phase.  The main thread ticks it once a second and stops it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import threading
+import time
+from dataclasses import asdict, replace
+
+from ..console import warn
+from ..core.driver import Driver
+from ..core.params import cpu_model_of, interval_params_of
+from ..core.settings import DetectionSettings, choose_detector
+from ..core.source import Sink
+from ..formats.trace import TraceWriter
+from ..live.host_signals import HostSignals
+from ..live.loop import LiveRun, SourceThread
+from ..replay.paced import PacedReplay
+from .publish import Publisher
+from .targets import Targets
+
+
+def source_is_live(source) -> bool:
+    return not isinstance(source, PacedReplay)
+
+
+def fitted_settings(config, source, meta: dict, signals, log) -> DetectionSettings:
+    """The config's detection settings for one source: a replay's recorded
+    ones where the config gives none, ``vpf`` giving way to ``vpf-ip`` on a
+    live host without voltage, the interval the stream's own where none is
+    given; an error if the detector can use none of the signals."""
+    live = source_is_live(source)
+    settings = config.settings(None if live else meta.get("detection"))
+    if live:
+        settings = replace(settings, detector=choose_detector(settings.detector, signals, warn))
+    return settings.for_stream(signals, log, default_interval=interval_params_of(meta))
+
+
+class _Seen(Sink):
+    """How many samples a worker took, and how far the newest lags behind now."""
+
+    def __init__(self, clock_ns):
+        self.clock_ns = clock_ns
+        self.samples = 0
+        self.lag_s = 0.0
+
+    def batch(self, batch) -> None:
+        self.samples += len(batch)
+        newest = int(batch["t_ns"][-1])
+        self.lag_s = max((time.monotonic_ns() - self.clock_ns(newest)) / 1e9, 0.0)
+
+
+class Worker:
+    """One source on the live loop, in its own thread, feeding its targets."""
+
+    def __init__(self, name: str, source, meta: dict, signals, config, log, *, target=None,
+                 host_signals: bool = True, publisher: Publisher | None = None,
+                 clock_ns=lambda t_ns: t_ns, pid: int | None = None, energy=None):
+        self.name = name
+        self.pid = pid
+        self.source = source
+        self.meta = meta
+        self.signals = tuple(signals)
+        self.log = log
+        self.settings = fitted_settings(config, source, meta, self.signals, log)
+        self.params = self.settings.params(meta)
+        self.targets = Targets(meta, self.params, target=target, grace_s=config.grace_seconds)
+        self.host = (HostSignals(meta.get("base_freq_mhz") or 0.0,
+                                 cpu_model_of(meta).voltage_source == "perf_status")
+                     if host_signals else None)
+        self.trace = self._trace(config.record) if config.record else None
+        self.seen = _Seen(clock_ns)
+        self.feed = SourceThread(source.batches())
+        sinks = [*([self.trace] if self.trace else []), self.seen,
+                 *([self.host] if self.host else []), self.targets,
+                 # Raw batches are published by CPU, so only from the CPU-wide source.
+                 *([publisher.sink(clock_ns, samples=host_signals)] if publisher else []),
+                 *([energy.bound(clock_ns)] if energy else [])]
+        lost = (lambda: int(source.stats().get("lost_samples", 0)))
+        self.live = LiveRun(self.feed, Driver(self.targets, sinks), lost_samples=lost)
+        self.ended = threading.Event()
+        self.started = self.stopped = False
+        self.error: BaseException | None = None
+        self.recording_said = False
+        self.thread = threading.Thread(target=self._run, name=f"phasewatchd-{name}", daemon=True)
+
+    def _trace(self, directory: str) -> TraceWriter:
+        # The process id too: two daemons started in the same second, with one
+        # directory, record to two files.
+        stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        path = os.path.join(directory, f"phasewatchd-{platform.node()}-{self.name}-{stamp}.arrow")
+        # The intervals the daemon used, so that a replay splits alike.
+        meta = dict(self.meta, recorded_by="phasewatchd", interval=asdict(self.params.interval),
+                    detection=self.settings.recorded())
+        return TraceWriter(path, meta, self.signals, keep_complete=True)
+
+    @property
+    def samples(self) -> int:
+        return self.seen.samples
+
+    @property
+    def lag_s(self) -> float:
+        return self.seen.lag_s
+
+    def start(self) -> "Worker":
+        self.feed.start()
+        self.thread.start()
+        self.started = True
+        return self
+
+    def _run(self) -> None:
+        try:
+            self.live.run()
+        except BaseException as exc:   # reported by the main thread
+            self.error = exc
+        finally:
+            self.ended.set()
+
+    def tick(self) -> None:
+        if self.host is not None:
+            self.host.tick()
+        if self.ended.is_set() and not source_is_live(self.source):
+            return      # an ended replay's final state stays: nothing will change it
+        gone = self.targets.forget_ended()
+        if gone and self.host is not None:
+            self.host.forget([int(n[3:]) for n in gone if n.startswith("cpu")])
+
+    def reconfigure(self, config) -> None:
+        """New detector settings take effect now (the interval at the next start)."""
+        self.targets.grace_s = config.grace_seconds
+        settings = replace(fitted_settings(config, self.source, self.meta, self.signals,
+                                           lambda msg: None), interval=self.settings.interval)
+        if settings.detector_params() != self.params.detector:
+            self.settings = settings
+            self.params = replace(self.params, detector=settings.detector_params())
+            self.targets.set_params(self.params)
+
+    def request_stop(self) -> None:
+        self.live.stop()
+        if hasattr(self.source, "stop"):
+            self.source.stop()
+
+    def stop(self, timeout: float) -> None:
+        """Stop, wait for the loop (within ``timeout``), close the source and trace."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self.request_stop()
+        if self.thread.ident is not None:       # started
+            self.thread.join(timeout)
+        if not self.started or self.feed.join(timeout=0.05):
+            self.source.close()     # never under a reader still inside it
+        if self.trace is not None:
+            self.trace.close()
+
+    @property
+    def recording_failure(self) -> str | None:
+        """Why the recording is incomplete or gone (a full disk, its folder
+        removed), or None."""
+        return self.trace.failure if self.trace is not None else None
+
+    @property
+    def dropped(self) -> int:
+        return self.live.dropped_samples

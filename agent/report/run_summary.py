@@ -1,0 +1,78 @@
+"""What ``phasewatch run`` tells at the end: the header, the source line,
+the phase table with each phase's energy and top functions, and the same as
+JSON."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+
+from ..collectors.registry import CHOICES
+from ..formats.results import finite, summary_dict
+from .tables import phase_table, summary_lines
+
+TOP_FUNCTIONS = 3
+
+
+def run_json(result) -> dict:
+    """``run --json``: the run, its summary, and each phase's top functions and energy."""
+    out = {**result.info, **summary_dict(result.summary, result.stats, None)}
+    out.pop("ari")
+    for row in out["phases"]:
+        top = result.functions.top(row["phase"], TOP_FUNCTIONS)
+        row["top_functions"] = [{"name": name, "share": share} for name, share in top]
+        row.update(result.energy.get(row["phase"], {}) if result.energy is not None else {})
+    return finite(out)
+
+
+def run_lines(result) -> list:
+    """The summary for a terminal: lines and the table (rich renderables)."""
+    info, stats, summary = result.info, result.stats, result.summary
+    tops = [result.functions.top(row["phase"], TOP_FUNCTIONS) for row in summary.table()]
+    energy_columns = energy_cells(summary, result.energy) if result.energy is not None else {}
+    end = f"exit status {info['exit_status']}"
+    if info["interrupted"]:
+        end = "interrupted, " + end
+    lines = [f"{' '.join(info['command'])}: {end}, {info['seconds']:.1f} s, "
+             f"{stats.samples:,} samples, {summary.n_intervals} intervals "
+             f"{stats.interval}, detector {info['detector']}, "
+             f"threshold {stats.threshold:.3f}",
+             escape(source_line(info["source"], info["not_taken"], info["register_rate"]))]
+    if info["missing_signals"]:
+        lines.append("missing on this host: " + ", ".join(info["missing_signals"]))
+    lines.append(phase_table(summary, extra_columns={
+        **energy_columns, "top functions": [top_functions_cell(top) for top in tops]}))
+    lines += summary_lines(summary, stats.dropped, stats.implausible)
+    lost = info["samples_lost"]
+    if lost["ring"] or lost["queue"]:
+        lines.append(f"samples lost: {lost['ring']} in the kernel ring buffers, "
+                     f"{lost['queue']} in the agent's queue")
+    if info["trace"]:
+        lines.append(f"trace: {info['trace']}")
+    return lines
+
+
+def top_functions_cell(top: list[tuple[str, float]]) -> str:
+    """``region_a 97%, region_b 2%``: the functions that round to at least 1 %."""
+    shown = [f"{escape(name)} {100 * share:.0f}%" for name, share in top if share >= 0.005]
+    return ", ".join(shown) or "-"
+
+
+def energy_cells(summary, energy: dict) -> dict[str, list[str]]:
+    rows = [energy.get(row["phase"], {}) for row in summary.table()]
+    per_100m = [r.get("energy_j_per_100m") for r in rows]
+    cells = {"energy J": [f"{r['energy_j']:.2f}" if "energy_j" in r else "-" for r in rows]}
+    if any(v is not None for v in per_100m):
+        cells["J/100M"] = [f"{v:.3f}" if v is not None else "-" for v in per_100m]
+    return cells
+
+
+def source_line(source: str, not_taken: dict[str, str], register_rate: dict | None) -> str:
+    """``source: msr (registers at 250 Hz ...); not taken: kmod; not counted:
+    cycles`` (the reasons are in --json and in 'phasewatch probe')."""
+    sources = [name for name in not_taken if name in CHOICES]
+    counters = [name for name in not_taken if name not in CHOICES]
+    parts = [f"source: {source}" + (f" ({register_rate['said']})" if register_rate else "")]
+    parts += [f"not taken: {', '.join(sources)}"] if sources else []
+    parts += [f"not counted: {', '.join(counters)}"] if counters else []
+    why = " (why: phasewatch probe)" if not_taken else ""
+    return "; ".join(parts) + why
