@@ -126,7 +126,13 @@ bench: install
 dashboards: install
 	$(PY) -m phasewatch.dashboards grafana/dashboards
 
-# The README's picture: phase 0 (region A) of the A/B/A program, cut out of the
+# The option reference docs/commands.md, rendered from the commands' parsers
+# (as the man pages are). It is committed; tests/test_docs.py fails when stale.
+.PHONY: docs
+docs: install
+	$(PY) -m phasewatch.cli.manpages --markdown docs/commands.md
+
+# The picture in docs/pprof.md: phase 0 (region A) of the A/B/A program, cut out of the
 # run's pprof profile by Go's pprof and opened in speedscope.
 docs/phase-in-speedscope.png: install
 	mkdir -p $(BUILD)

@@ -3,7 +3,7 @@
 ``agent/`` is layered; a module may import its own package and the packages
 below it, never one above.  Commands (``agent/cli/``) are imported by the
 entry points alone, and no import circle exists in ``agent/`` or
-``collectors/``.  The README's "Layout" section gives the same order.
+``collectors/``.  docs/layout.md gives the same order.
 """
 
 from __future__ import annotations
