@@ -57,9 +57,10 @@ from phasewatch.errors import UserError
 from . import budget, msr, perf_msr, powercap
 from .cpuinfo import online_cpus, package_of, read_cpuinfo
 
-CHOICES = ("auto", "kmod", "msr", "perf")
-#: Order in which ``auto`` tries the entries that can stand alone.
+#: The entries that can stand alone, in the order ``auto`` tries them.
 AUTO_ORDER = ("kmod", "msr", "perf")
+#: What ``run --source`` and the daemon's ``[source] kind`` take.
+CHOICES = ("auto", *AUTO_ORDER)
 IP_COLUMNS = ("t_ns", "cpu", "tid", "ip")
 #: How late a register reading may be and still be joined onto an IP sample
 #: (twice the register period where the rate is lowered below 100 Hz).

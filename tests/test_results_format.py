@@ -83,3 +83,21 @@ def test_counts_beyond_int64_are_written_as_json_dumps_does():
     iv = intervals([0.5, math.nan], rng)
     iv.instructions = np.array([2**64 - 1, 2**63], np.uint64)
     assert written(iv, binary=True) == dumps_per_interval(iv)
+
+
+def csv_as_it_was(iv: Intervals) -> str:
+    """The CSV writer as it was: each JSON line parsed back, a cell per value."""
+    def cell(value) -> str:
+        return "" if value is None else ("true" if value else "false") \
+            if isinstance(value, bool) else str(value)
+    rows = (json.loads(line) for line in dumps_per_interval(iv).splitlines())
+    return "".join(",".join(cell(row[k]) for k in JSON_KEYS) + "\n" for row in rows)
+
+
+@given(st.lists(st.floats(min_value=-1e20, max_value=1e20) | st.just(math.nan)
+                | st.just(math.inf), min_size=1, max_size=40))
+def test_csv_rows_hold_the_values_of_the_json_lines(distances):
+    iv = intervals(distances, np.random.default_rng(len(distances)))
+    stream = io.StringIO()
+    ResultsSink(stream, csv=True).write(iv)
+    assert stream.getvalue() == ",".join(JSON_KEYS) + "\n" + csv_as_it_was(iv)

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core import kernels
+from ..core import detectors, kernels
 
-DETECTORS = ("vpf", "vpf-ip", "vpf-ip-fold")
+DETECTORS = detectors.SAMPLE_DETECTORS
 INTERVALS = (["--interval-instructions", "20000000"], ["--interval-ms", "5"],
              ["--interval-samples", "40"])
 

@@ -46,31 +46,44 @@ side; if no segment is left, the distance is 1.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..errors import UserError
 
-USED_SEGMENTS = {
-    "vpf": ("voltage", "pfreq"),
-    "vpf-ip": ("voltage", "pfreq", "ip"),
-    "vpf-ip-fold": ("voltage", "pfreq", "ip"),
-}
-#: The IP signature each detector's profiles carry.
-IP_SIGNATURE = {"vpf": "regions", "vpf-ip": "regions", "vpf-ip-fold": "fold"}
+
+@dataclass(frozen=True)
+class Detector:
+    """One detector of sample streams: the profile segments it compares, the
+    IP signature its profiles carry, whether it keeps intervals out of
+    phases of another CPI where counted, and a line for help texts."""
+
+    name: str
+    segments: tuple[str, ...]
+    ip_signature: str
+    uses_cpi: bool
+    description: str
+
+
 #: The detectors of sample streams (live, traces, CSV): what ``run``,
 #: ``replay``, ``report``, ``diff`` and ``phasewatchd`` take.
-SAMPLE_DETECTORS = tuple(USED_SEGMENTS)
-#: Every detector; ``bbv`` reads SimPoint .bb files only.
+REGISTRY = {d.name: d for d in (
+    Detector("vpf", ("voltage", "pfreq"), "regions", False,
+             "voltage and productive frequency (the thesis)"),
+    Detector("vpf-ip", ("voltage", "pfreq", "ip"), "regions", True,
+             "also the code signature over all executable mappings"),
+    Detector("vpf-ip-fold", ("voltage", "pfreq", "ip"), "fold", False,
+             "the thesis's 32-entry IP fold over .text instead"),
+)}
+SAMPLE_DETECTORS = tuple(REGISTRY)
+#: Every detector; ``bbv`` reads SimPoint .bb files only (simpoint/bbvdetect.py).
 NAMES = SAMPLE_DETECTORS + ("bbv",)
-#: One line each, for help texts.
-DESCRIPTIONS = {
-    "vpf": "voltage and productive frequency (the thesis)",
-    "vpf-ip": "also the code signature over all executable mappings",
-    "vpf-ip-fold": "the thesis's 32-entry IP fold over .text instead",
-    "bbv": "basic-block vectors (SimPoint .bb files, chosen for them)",
-}
-#: Detectors that keep intervals out of phases of another CPI, where counted.
-USES_CPI = frozenset({"vpf-ip"})
+DESCRIPTIONS = {**{d.name: d.description for d in REGISTRY.values()},
+                "bbv": "basic-block vectors (SimPoint .bb files, chosen for them)"}
+USED_SEGMENTS = {d.name: d.segments for d in REGISTRY.values()}
+IP_SIGNATURE = {d.name: d.ip_signature for d in REGISTRY.values()}
+USES_CPI = frozenset(d.name for d in REGISTRY.values() if d.uses_cpi)
 
 #: Raw signals each segment is computed from.
 SEGMENT_SIGNALS = {

@@ -25,36 +25,44 @@ if TYPE_CHECKING:
 
 JSON_KEYS = ("index", "t_start_ns", "t_end_ns", "instructions", "cycles", "samples",
              "distance", "phase", "new_phase")
-#: One interval's line: what ``json.dumps`` gives for its dict.
-_LINE = ", ".join(f"{json.dumps(key)}: {{}}" for key in JSON_KEYS)
+#: One interval's line, as ``json.dumps`` writes its dict: integers, then the
+#: distance and ``new_phase`` as JSON text.
+_JSON_LINE = "{" + ", ".join(f'"{key}": %{"s" if key in ("distance", "new_phase") else "d"}'
+                             for key in JSON_KEYS) + "}\n"
+_CSV_LINE = ",".join("%s" if key in ("distance", "new_phase") else "%d" for key in JSON_KEYS) + "\n"
 
 
-def _rows(iv: Intervals):
-    """Each complete interval's values, in :data:`JSON_KEYS` order, the
-    distance rounded to 6 places (None for none)."""
-    distance = [None if math.isnan(d) else round(d, 6) for d in iv.distance.tolist()]
+def _json_number(x: float) -> str:
+    """A distance rounded to 6 places as ``json.dumps`` spells it; NaN, no distance, null."""
+    if x != x:
+        return "null"
+    return repr(round(x, 6)) if math.isfinite(x) else json.dumps(x)
+
+
+def _csv_number(x: float) -> str:
+    """The same as CSV: the value as Python writes it, nothing for no distance."""
+    return "" if x != x else repr(round(x, 6))
+
+
+def _rows(iv: Intervals, number):
+    """Each interval's values, in :data:`JSON_KEYS` order, the distance and
+    ``new_phase`` as text."""
+    distance = [number(d) for d in iv.distance.tolist()]
+    new = ["true" if b else "false" for b in iv.new_phase.tolist()]
     return zip(iv.index.tolist(), iv.t_start_ns.tolist(), iv.t_end_ns.tolist(),
                iv.instructions.tolist(), iv.cycles.tolist(), iv.samples.tolist(),
-               distance, iv.phase.tolist(), iv.new_phase.tolist())
+               distance, iv.phase.tolist(), new)
 
 
 def json_lines(iv: Intervals) -> str:
     """One JSON object a line, byte for byte what ``json.dumps`` writes for
-    each interval's dict (json's own number and constant spelling)."""
-    return "".join("{" + _LINE.format(*map(json.dumps, row)) + "}\n" for row in _rows(iv))
+    each interval's dict."""
+    return "".join([_JSON_LINE % row for row in _rows(iv, _json_number)])
 
 
 def csv_lines(iv: Intervals) -> str:
     """The same values as CSV rows (no distance: empty; booleans true/false)."""
-    return "".join(",".join(_csv_cell(value) for value in row) + "\n" for row in _rows(iv))
-
-
-def _csv_cell(value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return json.dumps(value)
+    return "".join([_CSV_LINE % row for row in _rows(iv, _csv_number)])
 
 
 class ResultsSink(Sink):
