@@ -35,6 +35,7 @@ from ..collectors.registry import CHOICES, open_source
 from ..console import warn
 from ..core.batch import ID_RANGES
 from ..core.detectors import SAMPLE_DETECTORS
+from ..core.settings import DetectionSettings
 from ..errors import UserError
 from ..formats.outputs import check_outputs, open_output
 from ..formats.sidetable import check_side_table_output
@@ -96,7 +97,7 @@ def run(args) -> int:
     if args.pid is not None:
         return attach(args)
     argv = command_of(args)
-    check_arguments(args, resolve_command(argv[0]))
+    settings = check_arguments(args, resolve_command(argv[0]))
     relay = TerminalRelay() if relay_wanted() and not args.quiet else None
     with Child.start(argv, cpu=args.cpu, pin=not args.no_pin,
                      stdio=relay.slaves if relay else None) as child:
@@ -107,7 +108,7 @@ def run(args) -> int:
                              msr_path=args.msr_path, rate_hz=args.freq,
                              enable_on_exec=True)
         try:
-            return watch(args, child, source, relay)
+            return watch(args, settings, child, source, relay)
         finally:
             if child.returncode is None:
                 child.stop(signal.SIGKILL, grace=0)
@@ -120,10 +121,10 @@ def attach(args) -> int:
     if args.cpu is not None:
         raise UserError("--cpu pins a command run starts: an attached process is not moved")
     target = Attached(args.pid)
-    check_arguments(args, target.path)
+    settings = check_arguments(args, target.path)
     source = open_source(args.source, pid=target.pid, cpus=None, msr_path=args.msr_path,
                          rate_hz=args.freq, enable_on_exec=False)
-    return watch(args, target, source)
+    return watch(args, settings, target, source)
 
 
 def command_of(args, required: bool = True) -> list[str]:
@@ -136,12 +137,13 @@ def command_of(args, required: bool = True) -> list[str]:
     return argv
 
 
-def check_arguments(args, program: str | None) -> None:
+def check_arguments(args, program: str | None) -> DetectionSettings:
     """Reject bad options and outputs that would destroy a file (``program``,
-    the watched executable, among them) before anything is started or written."""
+    the watched executable, among them) before anything is started or
+    written; the detection settings the options give."""
     if args.cpu is not None and args.no_pin:
         raise UserError("--cpu and --no-pin contradict each other: give one of them")
-    args.settings = settings_of(args)
+    settings = settings_of(args)
     msr.device_path(args.msr_path, 0)
     args.program = program
     check_outputs([args.record, args.output, json_file(args), args.pprof], inputs=[args.program])
@@ -153,16 +155,20 @@ def check_arguments(args, program: str | None) -> None:
     if args.report:
         from ..report.folder import check_report_dir
         check_report_dir(args.report)
+    return settings
 
 
-def watch(args, child, source, relay: TerminalRelay | None = None) -> int:
+def watch(args, settings: DetectionSettings, child, source,
+          relay: TerminalRelay | None = None) -> int:
     say = (lambda msg: None) if args.quiet else warn
-    opened = [results_sink(args)] if args.output else []
-    options = WatchOptions(args.settings, say, program=args.program, record=args.record,
-                           energy=phase_energy(args), opened=opened,
+    options = WatchOptions(settings, say, program=args.program, record=args.record,
                            sinks=lambda w: [sink for option, make in OPTION_SINKS
                                             if getattr(args, option) for sink in make(args, w)])
-    result = Watch(child, source, options, relay).run()
+    # The settings are fitted to the signals (or refused) before any output opens.
+    watching = Watch(child, source, options, relay)
+    options.opened = [results_sink(args)] if args.output else []
+    options.energy = phase_energy(args)         # reading before CMD's first sample
+    result = watching.run()
     report(args, result)
     if options.energy is not None and result.info["trace"]:
         record_energy(args.record, options.energy)
