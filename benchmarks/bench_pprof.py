@@ -22,7 +22,7 @@ from phasewatch.core.pipeline import Pipeline
 from phasewatch.formats.pprof import write_profile
 from phasewatch.formats.trace import TraceReader
 from phasewatch.live.phase_profile import PhaseProfile
-from phasewatch.live.symbols import Symbolizer
+from phasewatch.live.symbolizer import Symbolizer
 
 INTERVAL = 100_000_000
 

@@ -116,7 +116,7 @@ def phase_profile(source):
 def write_pprof(path: str, profile, meta: dict, trace: str, inputs: list) -> None:
     from ..formats.energytable import read_energy_table
     from ..formats.pprof import write_profile
-    from ..live.symbols import Symbolizer
+    from ..live.symbolizer import Symbolizer
     offset = (meta.get("sampling") or {}).get("realtime_offset_ns")
     builder = profile.build(Symbolizer.from_metadata(meta), realtime_offset_ns=offset,
                             energy_uj=profile.recorded_energy(read_energy_table(trace)),

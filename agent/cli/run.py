@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from ..core.source import Source
     from ..formats.results import PhaseSummary
     from ..live.phase_functions import PhaseFunctions
-    from ..live.symbols import Symbolizer
+    from ..live.symbolizer import Symbolizer
 
 SAMPLE_RATE_HZ = 1000
 #: perf's own default ceiling (kernel.perf_event_max_sample_rate).
@@ -209,7 +209,8 @@ def watch(args, child: Child, source: Source, relay: TerminalRelay | None = None
             from ..live.phase_functions import PhaseFunctions
             from ..live.process_maps import ProcessMappings
             from ..live.status import StatusLine
-            from ..live.symbols import Symbolizer, TreeSymbolizer
+            from ..live.symbolizer import Symbolizer
+            from ..live.tree_symbolizer import TreeSymbolizer
             from ..live.tree_watch import TreeWatch
             sinks.append(PhaseSummary())
             profile = phase_profile(args, source)

@@ -21,7 +21,8 @@ from collections import Counter
 import numpy as np
 
 from ..core.pipeline import Intervals
-from .symbols import Symbolizer, TreeSymbolizer
+from .symbolizer import Symbolizer
+from .tree_symbolizer import TreeSymbolizer
 
 FOLD_AT = 65536
 

@@ -27,7 +27,7 @@ import numpy as np
 from ..core.batch import KERNEL_START, SampleBatch
 from ..core.pipeline import Intervals
 from ..formats.pprof import ProfileBuilder, ProfileMapping
-from .symbols import KERNEL, Symbolizer
+from .symbolizer import KERNEL, Symbolizer
 
 ROW = np.dtype([("interval", np.int64), ("phase", np.int64), ("ip", np.uint64),
                 ("tid", np.int64), ("cpu", np.int64)])

@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from ..core.batch import SampleBatch
-from .symbols import descendants
+from .process_tree import descendants
 
 
 

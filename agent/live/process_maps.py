@@ -26,7 +26,7 @@ from typing import Callable
 import numpy as np
 
 from ..core.batch import SampleBatch
-from .symbols import Mapping, read_maps
+from .maps import Mapping, read_maps
 
 #: Threads whose maps are read at one refresh, at most.
 MAX_TIDS = 8

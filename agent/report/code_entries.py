@@ -10,7 +10,8 @@ from collections import Counter, defaultdict
 import numpy as np
 
 from ..core.batch import SampleBatch
-from ..live.symbols import Symbolizer, TreeSymbolizer
+from ..live.symbolizer import Symbolizer
+from ..live.tree_symbolizer import TreeSymbolizer
 
 
 class CodeEntries:
