@@ -1,4 +1,5 @@
-"""Starting and supervising real child processes (phasewatch.live.child)."""
+"""Starting and supervising real child processes (phasewatch.live.child, .command,
+.cpu_choice and .signal_catcher)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from phasewatch.errors import CommandNotExecutable, CommandNotFound, UserError
-from phasewatch.live.child import (Child, choose_cpu, cpu_busy_fractions, format_cpu_list,
-                                   least_loaded, resolve_command)
+from phasewatch.live.child import Child
+from phasewatch.live.command import resolve_command
+from phasewatch.live.cpu_choice import choose_cpu, cpu_busy_fractions, format_cpu_list, least_loaded
 
 # An agent in miniature: starts CMD under supervision with signal forwarding,
 # prints how CMD ended and what the agent received, exits with CMD's status.

@@ -50,7 +50,9 @@ from ..formats.outputs import check_outputs, open_output
 from ..formats.results import finite, summary_dict
 from ..formats.sidetable import check_side_table_output
 from ..live.attach import Attached
-from ..live.child import Child, allowed_cpus, resolve_command
+from ..live.child import Child
+from ..live.command import resolve_command
+from ..live.cpu_choice import allowed_cpus
 from ..live.loop import SourceThread
 from ..live.pinning import PinWhileSingleThreaded
 from ..live.relay import TerminalRelay, wanted as relay_wanted

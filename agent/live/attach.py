@@ -16,7 +16,7 @@ import time
 from typing import Callable, Sequence
 
 from ..errors import UserError
-from .child import SignalCatcher
+from .signal_catcher import SignalCatcher
 
 POLL_S = 0.1
 

@@ -34,3 +34,11 @@ def descendants(pid: int) -> list[int]:
             except (OSError, ValueError):
                 continue
     return found
+
+
+def thread_ids(pid: int) -> list[int]:
+    """The thread ids of process ``pid``, ascending; empty once it has gone."""
+    try:
+        return sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task"))
+    except (FileNotFoundError, ProcessLookupError):
+        return []
