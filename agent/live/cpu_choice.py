@@ -3,19 +3,21 @@ unless one is asked for."""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Iterable, Mapping
+
+import psutil
 
 from ..errors import UserError
 
 
 def allowed_cpus() -> set[int]:
     """The CPUs this process may run on."""
-    return set(os.sched_getaffinity(0))
+    return set(psutil.Process().cpu_affinity())
 
 
+# Ours: psutil's per-CPU lists go by position and skip offline CPUs, so an index is no CPU number.
 def cpu_busy_ticks() -> dict[int, tuple[int, int]]:
     """Per CPU, (busy, total) clock ticks since boot, from /proc/stat."""
     ticks = {}

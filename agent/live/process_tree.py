@@ -1,10 +1,13 @@
-"""The processes and threads of a process tree, from /proc."""
+"""The processes and threads of a process tree."""
 
 from __future__ import annotations
 
 import os
 
+import psutil
 
+
+# Ours: psutil tells no thread's thread group (Tgid).
 def process_of_thread(tid: int) -> int | None:
     """The process (thread group) of thread ``tid``, None if it has gone."""
     try:
@@ -17,6 +20,7 @@ def process_of_thread(tid: int) -> int | None:
     return None
 
 
+# Ours: psutil's children(recursive=True) reads every process's stat: 1.2 ms a look, ours 0.04.
 def descendants(pid: int) -> list[int]:
     """``pid`` and its live descendants (from ``/proc/PID/task/TID/children``)."""
     found, queue = [], [pid]
@@ -39,6 +43,6 @@ def descendants(pid: int) -> list[int]:
 def thread_ids(pid: int) -> list[int]:
     """The thread ids of process ``pid``, ascending; empty once it has gone."""
     try:
-        return sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task"))
-    except (FileNotFoundError, ProcessLookupError):
+        return sorted(thread.id for thread in psutil.Process(pid).threads())
+    except psutil.NoSuchProcess:    # gone (psutil's ZombieProcess is one too)
         return []
