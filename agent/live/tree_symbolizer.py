@@ -53,6 +53,7 @@ class TreeSymbolizer:
         changed = False
         for pid in pids:
             try:
+                # Ours: psutil's exe() and threads() cost 8 times as much per process
                 exe, tids = os.readlink(f"/proc/{pid}/exe"), os.listdir(f"/proc/{pid}/task")
             except OSError:
                 continue
