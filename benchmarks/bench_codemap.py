@@ -22,7 +22,7 @@ from phasewatch.core.codemap import CodeMap, code_bins_reference
 from phasewatch.core.histograms import ip_bins
 from phasewatch.formats.tracefiles import open_trace
 from phasewatch.live.process_maps import mapping_row
-from phasewatch.live.symbols import read_maps
+from phasewatch.live.maps import read_maps
 
 
 def timed(fn, repeat: int) -> float:

@@ -23,7 +23,7 @@ from phasewatch.formats.pprof import write_profile
 from phasewatch.formats.trace import TraceReader
 from phasewatch.live.phase_profile import PhaseProfile
 from phasewatch.core.driver import Driver
-from phasewatch.live.symbols import Symbolizer
+from phasewatch.live.symbolizer import Symbolizer
 
 INTERVAL = 100_000_000
 

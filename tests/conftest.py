@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,18 @@ def abab(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("workloads")
     subprocess.run(["make", "-s", "-C", str(WORKLOADS), f"OUT={out}", "CC=gcc"], check=True)
     return out / "abab"
+
+
+@pytest.fixture
+def zombie():
+    """A process that has ended but is not reaped yet; reaped after the test."""
+    ended = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{ended.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+        assert time.monotonic() < deadline, "true did not end within 5 s"
+        time.sleep(0.01)
+    yield ended
+    ended.wait()
 
 
 @pytest.fixture(scope="session")

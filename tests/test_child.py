@@ -1,4 +1,5 @@
-"""Starting and supervising real child processes (phasewatch.live.child)."""
+"""Starting and supervising real child processes (phasewatch.live.child, .command,
+.cpu_choice and .signal_catcher)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from pathlib import Path
 import pytest
 
 from phasewatch.errors import CommandNotExecutable, CommandNotFound, UserError
-from phasewatch.live.child import (Child, choose_cpu, cpu_busy_fractions, format_cpu_list,
-                                   least_loaded, resolve_command)
+from phasewatch.live.child import Child
+from phasewatch.live.command import resolve_command
+from phasewatch.live.cpu_choice import choose_cpu, cpu_busy_fractions, format_cpu_list, least_loaded
+from phasewatch.live.process_tree import thread_ids
 
 # An agent in miniature: starts CMD under supervision with signal forwarding,
 # prints how CMD ended and what the agent received, exits with CMD's status.
@@ -243,6 +246,13 @@ def test_threads_are_listed(abab):
     finally:
         child.stop(signal.SIGKILL)
     assert child.threads() == []
+
+
+def test_a_zombie_lists_its_main_thread_and_a_reaped_process_none(zombie):
+    """psutil's errors for a process that has gone read as no threads, never a traceback."""
+    assert thread_ids(zombie.pid) == [zombie.pid]
+    zombie.wait()
+    assert thread_ids(zombie.pid) == []
 
 
 def test_stop_forwards_then_escalates_to_sigkill():

@@ -5,11 +5,16 @@ watch and leaves the process running."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import psutil
+
+from phasewatch.live import attach
 
 BIN = Path(sys.executable).parent / "phasewatch"
 SPIN = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass\n"
@@ -64,3 +69,21 @@ def test_a_pid_and_a_command_contradict():
     proc = subprocess.run([str(BIN), "run", "--pid", "1", "--", "true"], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2 and "not both" in proc.stderr
+
+
+def test_the_executable_is_none_where_it_cannot_be_read(zombie, monkeypatch):
+    """A process that has ended (zombie or reaped), a kernel thread, and one
+    whose executable may not be read have none, never a traceback."""
+    assert attach.executable(os.getpid()) == os.readlink("/proc/self/exe")
+    assert attach.executable(zombie.pid) is None
+    zombie.wait()
+    assert attach.executable(zombie.pid) is None
+    if Path("/proc/2/comm").is_file() and Path("/proc/2/comm").read_text() == "kthreadd\n":
+        assert attach.executable(2) is None
+
+    class Denied(psutil.Process):
+        def exe(self):
+            raise psutil.AccessDenied(self.pid)
+
+    monkeypatch.setattr(attach.psutil, "Process", Denied)
+    assert attach.executable(os.getpid()) is None

@@ -1,4 +1,5 @@
-"""Symbolising real instruction pointers of real processes (phasewatch.live.symbols)."""
+"""Symbolising real instruction pointers of real processes (phasewatch.live.maps,
+.elf_symbols and .symbolizer)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import numpy as np
 import pytest
 
 from phasewatch.live.child import Child
-from phasewatch.live.symbols import (KERNEL, UNKNOWN, Mapping, Symbolizer, load_symbols, parse_maps,
-                                     read_maps, runtime_text_range, text_range)
+from phasewatch.live.elf_symbols import load_symbols, text_range
+from phasewatch.live.maps import Mapping, parse_maps, read_maps
+from phasewatch.live.symbolizer import KERNEL, UNKNOWN, Symbolizer, runtime_text_range
 
 
 class RunningAbab:

@@ -27,7 +27,7 @@ from ..formats.labellings import number_problem, phase_problem, read_labels
 from ..formats.results import adjusted_rand_index
 from ..formats.tracefiles import open_trace
 from ..live.phase_functions import PhaseFunctions
-from ..live.symbols import Symbolizer
+from ..live.symbolizer import Symbolizer
 from ..report.code_entries import CodeEntries
 from ..report.figure import FigureRecorder, PhaseFigure, with_truth
 from ..report.folder import phase_rows, write_report

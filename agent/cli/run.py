@@ -40,7 +40,8 @@ from ..errors import UserError
 from ..formats.outputs import check_outputs, open_output
 from ..formats.sidetable import check_side_table_output
 from ..live.attach import Attached
-from ..live.child import Child, resolve_command
+from ..live.child import Child
+from ..live.command import resolve_command
 from ..live.relay import TerminalRelay, wanted as relay_wanted
 from ..live.watch import Watch, WatchOptions
 from .arguments import add_detector_arguments, number, settings_of

@@ -22,18 +22,13 @@ the agent.
 
 The command stays in the agent's process group, so on a terminal it behaves as
 if started directly: it can read the terminal, and Ctrl-C / Ctrl-Z reach it.
-Because a terminal's Ctrl-C already reaches the command, ``SignalForwarder``
-does not send it a second SIGINT in that case; signals sent to the agent alone
-(``kill -INT``/``kill -TERM`` of its pid) are forwarded.  A repeated signal
-escalates to SIGKILL.
+How signals to the agent reach the command is :mod:`.signal_catcher`'s.
 
 Between fork and exec the new process runs only ``os``-level calls, so it may
 be started from any thread; still, start it before the agent's own threads
 hold locks that matter (as with any fork of a threaded program).
 
-Exit statuses follow the shell: the command's own exit code, 128 + N when
-signal N killed it, 127 for a command that cannot be found, 126 for one found
-but not executable.
+Exit statuses follow the shell (:mod:`.command`).
 """
 
 from __future__ import annotations
@@ -45,10 +40,12 @@ import select
 import signal
 import threading
 import time
-from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
-from ..errors import CommandNotExecutable, CommandNotFound, UserError
+from .command import exec_error, exit_status, resolve_command
+from .cpu_choice import choose_cpu
+from .process_tree import thread_ids
+from .signal_catcher import SignalForwarder
 
 #: Python ignores these at start-up, and an ignored signal stays ignored across
 #: exec; the command must get the defaults, as from a shell.
@@ -59,151 +56,6 @@ _GATE_OPEN = b"x"
 #: prctl(2) option: the signal a process gets when its parent thread ends.
 PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)   # loaded before any fork
-
-
-# ----------------------------------------------------------------------------
-# exit statuses
-
-
-def exit_status(wait_status: int) -> int:
-    """The shell's exit status for a ``waitpid`` status: the exit code, or
-    128 + N for death by signal N."""
-    code = os.waitstatus_to_exitcode(wait_status)
-    return code if code >= 0 else 128 - code
-
-
-# ----------------------------------------------------------------------------
-# finding the command
-
-
-def resolve_command(name: str, env: Mapping[str, str] | None = None) -> str:
-    """The path ``name`` runs, looked up in PATH as a shell would.
-
-    Raises ``CommandNotFound`` (exit 127) or ``CommandNotExecutable`` (126)."""
-    if not name:
-        raise CommandNotFound("no command given; put it after '--', e.g. phasewatch run -- ./prog")
-    if "/" in name:
-        return _check_executable(name)
-    search_path = (env if env is not None else os.environ).get("PATH", os.defpath)
-    not_executable = None
-    for directory in search_path.split(os.pathsep):
-        candidate = os.path.join(directory or ".", name)
-        if os.path.isfile(candidate):
-            if os.access(candidate, os.X_OK):
-                return candidate
-            not_executable = not_executable or candidate
-    if not_executable:
-        return _check_executable(not_executable)
-    raise CommandNotFound(f"{name}: command not found; check the name or PATH, or give its path")
-
-
-def _check_executable(path: str) -> str:
-    if not os.path.exists(path):
-        raise CommandNotFound(f"{path}: no such file; check the path")
-    if os.path.isdir(path):
-        raise CommandNotExecutable(f"{path}: is a directory; give the program inside it")
-    if not os.access(path, os.X_OK):
-        raise CommandNotExecutable(f"{path}: permission denied; make it executable (chmod +x)")
-    return path
-
-
-def _exec_error(path: str, err: int) -> UserError:
-    if err == errno.ENOENT:  # the file exists, so its interpreter or loader does not
-        return CommandNotFound(
-            f"{path}: cannot execute: its interpreter or loader was not found; check its #! line")
-    if err == errno.ENOEXEC:
-        return CommandNotExecutable(
-            f"{path}: cannot execute: not a program for this machine, nor a script with a #! line")
-    return CommandNotExecutable(f"{path}: cannot execute: {os.strerror(err)}")
-
-
-# ----------------------------------------------------------------------------
-# choosing the CPU
-
-
-def allowed_cpus() -> set[int]:
-    """The CPUs this process may run on."""
-    return set(os.sched_getaffinity(0))
-
-
-def cpu_busy_ticks() -> dict[int, tuple[int, int]]:
-    """Per CPU, (busy, total) clock ticks since boot, from /proc/stat."""
-    ticks = {}
-    for line in Path("/proc/stat").read_text().splitlines():
-        if line.startswith("cpu") and line[3:4].isdigit():
-            name, *values = line.split()
-            numbers = [int(v) for v in values]
-            idle = numbers[3] + (numbers[4] if len(numbers) > 4 else 0)  # idle + iowait
-            total = sum(numbers[:8])  # guest time is already counted in user
-            ticks[int(name[3:])] = (total - idle, total)
-    return ticks
-
-
-def cpu_busy_fractions(window_s: float = 0.1) -> dict[int, float]:
-    """Per CPU, the fraction of the last ``window_s`` seconds it was busy."""
-    before = cpu_busy_ticks()
-    time.sleep(window_s)
-    after = cpu_busy_ticks()
-    fractions = {}
-    for cpu, (busy1, total1) in after.items():
-        busy0, total0 = before.get(cpu, (busy1, total1))
-        fractions[cpu] = (busy1 - busy0) / (total1 - total0) if total1 > total0 else 0.0
-    return fractions
-
-
-def least_loaded(allowed: Iterable[int], busy: Mapping[int, float]) -> int:
-    """The allowed CPU with the lowest busy fraction; ties go to the highest
-    number, away from CPU 0, which usually takes most interrupts."""
-    candidates = sorted(allowed)
-    if not candidates:
-        raise UserError("this process may run on no CPU; check its affinity (taskset -p)")
-    return min(candidates, key=lambda cpu: (busy.get(cpu, 0.0), -cpu))
-
-
-def choose_cpu(requested: int | None = None) -> int:
-    """The CPU to pin the command to: ``requested`` (``--cpu N``) if this
-    process may use it, else the least loaded allowed CPU."""
-    allowed = allowed_cpus()
-    if requested is None:
-        return least_loaded(allowed, cpu_busy_fractions())
-    if requested not in allowed:
-        raise UserError(
-            f"--cpu {requested}: not a CPU this process may use ({format_cpu_list(allowed)}); "
-            "pick one of those, or use --no-pin")
-    return requested
-
-
-def format_cpu_list(cpus: Iterable[int]) -> str:
-    """``{0,1,2,5}`` -> ``"0-2,5"``, the kernel's cpulist notation."""
-    parts, run = [], []
-    for cpu in sorted(cpus):
-        if run and cpu != run[-1] + 1:
-            parts.append(_cpu_run(run))
-            run = []
-        run.append(cpu)
-    if run:
-        parts.append(_cpu_run(run))
-    return ",".join(parts)
-
-
-def _cpu_run(run: list[int]) -> str:
-    return str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}"
-
-
-# ----------------------------------------------------------------------------
-# threads
-
-
-def thread_ids(pid: int) -> list[int]:
-    """The thread ids of process ``pid``, ascending; empty once it has gone."""
-    try:
-        return sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task"))
-    except (FileNotFoundError, ProcessLookupError):
-        return []
-
-
-# ----------------------------------------------------------------------------
-# the child
 
 
 class Child:
@@ -280,7 +132,7 @@ class Child:
         os.close(self._err_r)
         self.started_ns = time.monotonic_ns()
         if report:
-            error = _exec_error(self.path, int(report))
+            error = exec_error(self.path, int(report))
             self.wait()
             self.returncode = error.exit_code
             raise error
@@ -393,78 +245,6 @@ class Child:
         poller = select.poll()
         poller.register(self._pidfd, select.POLLIN)
         poller.poll(None if timeout is None else max(1, int(timeout * 1000)))
-
-
-class SignalCatcher:
-    """While active, ``signals`` sent to the agent are caught instead of
-    ending it.  ``received`` lists the signals that arrived, so the caller
-    knows it was interrupted and can still print its summary and close its
-    files; what each signal does is :meth:`_caught`'s."""
-
-    def __init__(self, signals: Sequence[int]):
-        self.signals = tuple(signals)
-        self.received: list[int] = []
-        self._previous: dict[int, object] = {}
-
-    def __enter__(self):
-        for signum in self.signals:
-            self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous.clear()
-
-    @property
-    def interrupted(self) -> bool:
-        return bool(self.received)
-
-    def _handle(self, signum, frame) -> None:
-        self.received.append(int(signum))
-        self._caught(int(signum), len(self.received))
-
-    def _caught(self, signum: int, count: int) -> None:
-        """The ``count``-th signal caught, ``signum``, has arrived."""
-        raise NotImplementedError
-
-
-class SignalForwarder(SignalCatcher):
-    """While active, SIGINT/SIGTERM to the agent go to the command instead.
-
-    ``forwarded`` lists what was sent on.  The first signal is passed on (a
-    terminal's Ctrl-C is not: the command, being in the terminal's foreground
-    process group, got it already); a second escalates to SIGKILL."""
-
-    def __init__(self, child: Child, signals: Sequence[int]):
-        super().__init__(signals)
-        self.child = child
-        self.forwarded: list[int] = []
-
-    def _caught(self, signum: int, count: int) -> None:
-        if count > 1:
-            self._forward(signal.SIGKILL)
-        elif not (signum == signal.SIGINT and _in_terminal_foreground()):
-            self._forward(signum)
-
-    def _forward(self, signum: int) -> None:
-        if self.child.send_signal(signum):
-            self.forwarded.append(int(signum))
-
-
-def _in_terminal_foreground() -> bool:
-    """Whether this process's group is its controlling terminal's foreground
-    group, i.e. whether a terminal-generated signal reached the command too."""
-    try:
-        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
-    except OSError:
-        return False
-    try:
-        return os.tcgetpgrp(fd) == os.getpgrp()
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def _child_after_fork(path, argv, env, cwd, gate_r, gate_w, err_r, err_w, parent, stdio):

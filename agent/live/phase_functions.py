@@ -22,7 +22,8 @@ import numpy as np
 
 from ..core.pipeline import Intervals
 from ..core.source import Sink
-from .symbols import Symbolizer, TreeSymbolizer
+from .symbolizer import Symbolizer
+from .tree_symbolizer import TreeSymbolizer
 
 FOLD_AT = 65536
 

@@ -30,7 +30,7 @@ from ..core.pipeline import Intervals
 from ..core.source import Sink
 from ..errors import UserError
 from ..formats.pprof import ProfileBuilder, ProfileMapping, write_profile
-from .symbols import KERNEL, Symbolizer
+from .symbolizer import KERNEL, Symbolizer
 
 if TYPE_CHECKING:
     from ..core.source import Classified

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..core.batch import SampleBatch
 from ..core.source import Sink
-from .symbols import descendants
+from .process_tree import descendants
 
 
 

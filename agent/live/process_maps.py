@@ -27,7 +27,7 @@ import numpy as np
 
 from ..core.batch import SampleBatch
 from ..core.source import Sink
-from .symbols import Mapping, read_maps
+from .maps import Mapping, read_maps
 
 #: Threads whose maps are read at one refresh, at most.
 MAX_TIDS = 8

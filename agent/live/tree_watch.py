@@ -13,7 +13,8 @@ import threading
 
 from typing import Callable
 
-from .symbols import TreeSymbolizer, descendants
+from .process_tree import descendants
+from .tree_symbolizer import TreeSymbolizer
 
 #: Seconds between looks at the tree after a look that found a new process or
 #: program, and after one that did not (a child that lives less is named only

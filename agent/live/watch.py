@@ -30,7 +30,7 @@ from ..core.batch import RAW_DTYPES, SampleBatch
 from ..core.params import HistogramParams
 from ..core.settings import DetectionSettings
 from ..formats import metadata as md
-from .child import allowed_cpus
+from .cpu_choice import allowed_cpus
 from .loop import SourceThread
 from .pinning import PinWhileSingleThreaded
 
@@ -41,7 +41,7 @@ if TYPE_CHECKING:   # numba, pyarrow and the ELF reader load after CMD starts
     from .phase_energy import PhaseEnergy
     from .phase_functions import PhaseFunctions
     from .relay import TerminalRelay
-    from .symbols import Symbolizer
+    from .symbolizer import Symbolizer
 
 #: How long CMD runs before the kernels load (they take a third of a second of CPU).
 WARM_UP_AFTER_S = 0.1
@@ -128,7 +128,8 @@ class Watch:
         from .phase_functions import PhaseFunctions
         from .process_maps import ProcessMappings
         from .status import StatusLine
-        from .symbols import Symbolizer, TreeSymbolizer
+        from .symbolizer import Symbolizer
+        from .tree_symbolizer import TreeSymbolizer
         from .tree_watch import TreeWatch
         child = self.child
         pinning = PinWhileSingleThreaded(child.pid, child.cpu, allowed_cpus(), self.options.say)

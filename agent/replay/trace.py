@@ -112,7 +112,7 @@ def result_sinks(output: str | None, inputs: list) -> list:
 def profile_sink(path: str, source, trace: str, inputs: list):
     from ..formats.energytable import read_energy_table
     from ..live.phase_profile import PhaseProfile, ProfileFile, period_ns_of
-    from ..live.symbols import Symbolizer
+    from ..live.symbolizer import Symbolizer
     meta = source.metadata
     PhaseProfile.check_columns(source.signals, "the trace")
     table = read_energy_table(trace)

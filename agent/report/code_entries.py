@@ -11,7 +11,8 @@ import numpy as np
 
 from ..core.batch import SampleBatch
 from ..core.source import Sink
-from ..live.symbols import Symbolizer, TreeSymbolizer
+from ..live.symbolizer import Symbolizer
+from ..live.tree_symbolizer import TreeSymbolizer
 
 
 class CodeEntries(Sink):

@@ -34,7 +34,7 @@ from ..formats.energytable import read_energy_table
 from ..formats.tracefiles import open_trace
 from ..live.phase_functions import PhaseFunctions
 from ..live.phase_profile import period_ns_of
-from ..live.symbols import Symbolizer
+from ..live.symbolizer import Symbolizer
 
 #: A pair whose seconds differ by more than this share has changed.
 TOLERANCE = 0.10

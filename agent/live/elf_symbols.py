@@ -1,0 +1,207 @@
+"""The function symbols of one ELF file, read from its symbol tables.
+
+Symbol tables are read with pyelftools, once per file (path + inode):
+``.symtab``, else the one in the separate debug file found by build id
+(``/usr/lib/debug/.build-id``), else ``.dynsym``.
+
+A run-time address ``ip`` in a mapping corresponds to the file virtual address
+``ip - bias``, where, for the PT_LOAD segment that the mapping's file offset
+falls in, ``bias = map_start - map_offset - (p_vaddr - p_offset)``: zero for a
+non-PIE executable, the load address for PIE executables and shared objects.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+import numpy as np
+
+from .maps import Mapping
+
+if TYPE_CHECKING:   # pyelftools and cxxfilt load when symbols are first looked up
+    from elftools.elf.elffile import ELFFile
+
+DEBUG_ROOT = Path("/usr/lib/debug")
+
+_FUNCTION_TYPES = ("STT_FUNC", "STT_GNU_IFUNC")
+#: When several symbols share an address, the first of these bindings names it.
+_BINDING_RANK = {"STB_GLOBAL": 0, "STB_WEAK": 1, "STB_LOCAL": 2}
+
+
+@dataclass(frozen=True)
+class Segment:
+    vaddr: int
+    offset: int
+    filesz: int
+    executable: bool
+
+
+@dataclass(frozen=True)
+class ElfSymbols:
+    """The function symbols and load segments of one ELF file."""
+
+    path: str
+    starts: np.ndarray  # uint64 file vaddrs, ascending
+    ends: np.ndarray  # uint64, exclusive
+    names: np.ndarray  # object
+    segments: tuple[Segment, ...]
+    text: tuple[int, int] | None  # .text (lo, hi) file vaddrs
+    source: str = ""  # which table the names came from
+    build_id: str = ""  # hex, from the NT_GNU_BUILD_ID note; "" without one
+
+    def lookup(self, vaddrs: np.ndarray) -> np.ndarray:
+        """For each file vaddr, the index of the function containing it, or -1."""
+        index = np.searchsorted(self.starts, vaddrs, side="right") - 1
+        found = index >= 0
+        found[found] = vaddrs[found] < self.ends[index[found]]
+        return np.where(found, index, -1)
+
+    def bias(self, mapping: Mapping) -> int:
+        """Run-time address minus file vaddr for code in ``mapping``."""
+        segment = self.segment_at(mapping.offset)
+        if segment is None:
+            return mapping.start - mapping.offset
+        return mapping.start - mapping.offset - (segment.vaddr - segment.offset)
+
+    def segment_at(self, file_offset: int) -> Segment | None:
+        """The PT_LOAD segment a page-aligned mapping at ``file_offset`` maps,
+        preferring executable segments when pages are shared."""
+        matches = [s for s in self.segments
+                   if _page_down(s.offset) <= file_offset < s.offset + max(s.filesz, 1)]
+        matches.sort(key=lambda s: not s.executable)
+        return matches[0] if matches else None
+
+
+def _page_down(value: int) -> int:
+    return value & ~(os.sysconf("SC_PAGE_SIZE") - 1)
+
+
+def text_range(path: str | os.PathLike) -> tuple[int, int]:
+    """(lo, hi) file vaddrs of the ``.text`` section of the ELF file at ``path``."""
+    symbols = load_symbols(os.fspath(path))
+    if symbols is None or symbols.text is None:
+        raise ValueError(f"{path}: no ELF .text section")
+    return symbols.text
+
+
+def load_symbols(path: str, inode: int | None = None) -> ElfSymbols | None:
+    """The function symbols of the ELF file at ``path``, cached by path and
+    inode; None if it cannot be read as ELF."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    if inode is not None and inode != stat.st_ino:
+        return None  # replaced since it was mapped: its symbols would lie
+    return _load_symbols_cached(path, stat.st_ino, stat.st_mtime_ns)
+
+
+@lru_cache(maxsize=256)
+def _load_symbols_cached(path: str, inode: int, mtime_ns: int) -> ElfSymbols | None:
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    try:
+        with open(path, "rb") as stream:
+            elf = ELFFile(stream)
+            segments = tuple(_load_segments(elf))
+            text = _section_range(elf, ".text")
+            build_id = _build_id(elf) or ""
+            rows, source = _function_rows_of(elf, ".symtab"), ".symtab"
+            if not rows:
+                rows, source = _debug_file_rows(elf), "debug file .symtab"
+            if not rows:
+                rows, source = _function_rows_of(elf, ".dynsym"), ".dynsym"
+    except (OSError, ELFError, ValueError):
+        return None
+    starts, ends, names = _sorted_functions(rows)
+    return ElfSymbols(path, starts, ends, names, segments, text, source, build_id)
+
+
+def _load_segments(elf: ELFFile) -> Iterable[Segment]:
+    for segment in elf.iter_segments():
+        if segment["p_type"] == "PT_LOAD":
+            yield Segment(segment["p_vaddr"], segment["p_offset"], segment["p_filesz"],
+                          bool(segment["p_flags"] & 0x1))  # PF_X
+
+
+def _section_range(elf: ELFFile, name: str) -> tuple[int, int] | None:
+    section = elf.get_section_by_name(name)
+    if section is None:
+        return None
+    return section["sh_addr"], section["sh_addr"] + section["sh_size"]
+
+
+def _function_rows_of(elf: ELFFile, section_name: str) -> list:
+    section = elf.get_section_by_name(section_name)
+    return _function_rows(section) if section is not None else []
+
+
+def _debug_file_rows(elf: ELFFile) -> list:
+    """Function rows from the separate debug file of ``elf``, if installed;
+    it has the same vaddrs as the stripped file."""
+    build_id = _build_id(elf)
+    if not build_id:
+        return []
+    debug_path = DEBUG_ROOT / ".build-id" / build_id[:2] / f"{build_id[2:]}.debug"
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    try:
+        with open(debug_path, "rb") as stream:
+            return _function_rows_of(ELFFile(stream), ".symtab")
+    except (OSError, ELFError):
+        return []
+
+
+def _build_id(elf: ELFFile) -> str | None:
+    for section in elf.iter_sections():
+        if section["sh_type"] == "SHT_NOTE":
+            for note in section.iter_notes():
+                if note["n_type"] == "NT_GNU_BUILD_ID":
+                    return note["n_desc"]
+    return None
+
+
+def _function_rows(table) -> list[tuple[int, int, int, str]]:
+    """(start, size, binding rank, name) of the defined functions in ``table``."""
+    rows = []
+    for symbol in table.iter_symbols():
+        info = symbol["st_info"]
+        if (info["type"] in _FUNCTION_TYPES and symbol["st_value"]
+                and symbol["st_shndx"] != "SHN_UNDEF" and symbol.name):
+            rows.append((symbol["st_value"], symbol["st_size"],
+                         _BINDING_RANK.get(info["bind"], 3), symbol.name))
+    return rows
+
+
+def _underscores(name: str) -> int:
+    """Leading underscores: of aliases, ``getpid`` reads better than ``__getpid``."""
+    return len(name) - len(name.lstrip("_"))
+
+
+def demangle(name: str) -> str:
+    """A C++ symbol as people read it (``ns::f(int)``); other names unchanged."""
+    if not name.startswith("_Z"):
+        return name
+    import cxxfilt
+    try:
+        return cxxfilt.demangle(name)
+    except cxxfilt.InvalidName:
+        return name
+
+
+def _sorted_functions(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Starts, ends and names, one per address (aliases collapse to the best
+    bound, plainest, shortest name); a symbol without a size reaches to the next one."""
+    rows = sorted(rows, key=lambda row: (row[0], row[2], _underscores(row[3]), len(row[3]),
+                                         row[3]))
+    unique = [row for i, row in enumerate(rows) if i == 0 or row[0] != rows[i - 1][0]]
+    starts = np.array([row[0] for row in unique], dtype=np.uint64)
+    sizes = np.array([row[1] for row in unique], dtype=np.uint64)
+    names = np.array([demangle(row[3]) for row in unique], dtype=object)
+    next_starts = np.append(starts[1:], np.uint64(np.iinfo(np.uint64).max))
+    ends = np.where(sizes > 0, starts + sizes, next_starts)
+    return starts, ends, names

@@ -1,0 +1,121 @@
+"""Instruction pointers of a watched process tree to function names, each
+resolved in the mappings of its own thread's process."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from ..core.batch import KERNEL_START
+from .process_tree import descendants, process_of_thread
+from .symbolizer import Symbolizer
+
+
+def _locked(method):
+    """``method`` under the tree's lock: the tree watch learns on its own thread."""
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    locked.__doc__ = method.__doc__
+    return locked
+
+
+#: Threads looked at per batch, at most (their maps are read only when their
+#: IPs fall outside what is known of their process).
+MAX_NEW_THREADS = 16
+
+
+class TreeSymbolizer:
+    """Resolves the IPs of a watched process tree, each thread's in the
+    mappings of its own process: a child that exec'd another program (``sh -c
+    'bzip2 …; perl …'``, a compiler driver's ``cc1``) is named from its own
+    objects, not its parent's.  ``watch`` reads the maps of the threads of a
+    batch whose IPs are new to their process while they still run;
+    ``learn_tree`` reads those of each process as it starts or execs, and
+    ``snapshot`` re-reads those of every live process of the tree (both from
+    :mod:`.tree_watch`, once or twice a second)."""
+
+    def __init__(self, root: Symbolizer):
+        self.root = root
+        self._by_pid: dict[int, Symbolizer] = {root.pid: root}
+        self._pid_of: dict[int, int] = {root.pid: root.pid}
+        self._exe_of: dict[int, str] = {}
+        # learn_tree runs on a thread of its own (live.tree_watch)
+        self._lock = threading.RLock()
+
+    def learn_tree(self, pids: list[int]) -> bool:
+        """Note every thread of the tree's processes ``pids`` (:func:`descendants`)
+        and read the maps of each process new or exec'd since the last look:
+        a child that ends before its samples reach the agent is still named
+        from its own objects.  Whether any process was new or exec'd."""
+        changed = False
+        for pid in pids:
+            try:
+                # Ours: psutil's exe() and threads() cost 8 times as much per process
+                exe, tids = os.readlink(f"/proc/{pid}/exe"), os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            with self._lock:
+                for tid in tids:
+                    self._pid_of.setdefault(int(tid), pid)
+                if self._exe_of.get(pid) != exe:
+                    self._exe_of[pid] = exe
+                    self._of_process(pid).snapshot()
+                    changed = True
+        return changed
+
+    @property
+    def pid(self) -> int | None:
+        return self.root.pid
+
+    @_locked
+    def watch(self, ips: np.ndarray, tids: np.ndarray) -> None:
+        """Learn the mappings that a batch's IPs need, while their processes live."""
+        user = np.asarray(ips, np.uint64) < np.uint64(KERNEL_START)
+        for tid in np.unique(np.asarray(tids)[user])[:MAX_NEW_THREADS].tolist():
+            symbolizer = self.of_thread(tid)
+            mine = user & (tids == tid)
+            if not symbolizer.covers(ips[mine]).all():
+                symbolizer.snapshot()
+
+    @_locked
+    def snapshot(self, pids: list[int] | None = None) -> bool:
+        """Re-read the maps of the tree's processes ``pids`` (default: every
+        live one); whether any changed."""
+        if pids is None:
+            pids = descendants(self.root.pid) if self.root.pid is not None else []
+        changed = False
+        for pid in pids:
+            changed |= self._of_process(pid).snapshot()
+        return changed
+
+    @_locked
+    def of_thread(self, tid: int) -> Symbolizer:
+        """The symbolizer of the process ``tid`` belongs to (the root's if it has gone)."""
+        pid = self._pid_of.get(tid)
+        if pid is None:
+            pid = process_of_thread(tid)
+            if pid is None:
+                return self.root
+            self._pid_of[tid] = pid
+        return self._of_process(pid)
+
+    def _of_process(self, pid: int) -> Symbolizer:
+        if pid not in self._by_pid:
+            self._by_pid[pid] = Symbolizer.from_pid(pid)
+        return self._by_pid[pid]
+
+    @_locked
+    def names(self, ips, tids=None, offsets: bool = True) -> np.ndarray:
+        """Function names of ``ips``, each resolved in the process of its thread."""
+        ips = np.asarray(ips, np.uint64)
+        if tids is None:
+            return self.root.names(ips, offsets)
+        tids = np.asarray(tids)
+        out = np.empty(ips.shape, dtype=object)
+        for tid in np.unique(tids).tolist():
+            mine = tids == tid
+            out[mine] = self.of_thread(tid).names(ips[mine], offsets)
+        return out
