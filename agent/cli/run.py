@@ -252,12 +252,13 @@ def json_file(args) -> str | None:
 
 def report(args, result: WatchResult) -> None:
     """The summary, on stderr or in ``--json FILE``: stdout is the command's."""
-    from ..report.run_summary import run_json, run_lines
     if args.json:
+        from ..report.run_summary import run_json
         write_json(args, json.dumps(run_json(result), indent=2) + "\n")
         return
     if args.quiet:
         return
+    from ..report.run_summary import run_lines
     from ..report.tables import console
     out = console(sys.stderr)
     if not out.is_terminal:
