@@ -16,7 +16,7 @@ the pipeline for them.  Whatever is said to the user goes through the
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..errors import UserError
@@ -177,9 +177,6 @@ class DetectionSettings:
                  "CPU time at 1 kHz; set it with --interval-samples or --interval-ms)")
             interval = replace(interval, kind="samples")
         return replace(self, detector=detector, interval=interval)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def choose_detector(requested: str, signals, warn) -> str:

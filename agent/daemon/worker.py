@@ -38,6 +38,7 @@ def fitted_settings(config, source, meta: dict, signals, log) -> DetectionSettin
     given; an error if the detector can use none of the signals."""
     live = source_is_live(source)
     settings = config.settings(None if live else meta.get("detection"))
+    # The fallback is said as run says it (a warning); the rest in the daemon's log.
     if live:
         settings = replace(settings, detector=choose_detector(settings.detector, signals, warn))
     return settings.for_stream(signals, log, default_interval=interval_params_of(meta))
