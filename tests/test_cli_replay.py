@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent / "phasewatch"
 JSON_KEYS = ["index", "t_start_ns", "t_end_ns", "instructions", "cycles", "samples",
-             "distance", "phase", "new_phase"]
+             "distance", "phase", "new_phase", "tentative", "no_data"]
 
 
 def phasewatch(*args, check=True):

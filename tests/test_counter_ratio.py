@@ -45,7 +45,8 @@ def phases_of(samples, meta, cpi_tolerance: float, interval=None, detector="vpf-
 def test_shared_code_phases_split_by_cpi_and_merge_without_it():
     samples, labels, meta = shared_code_trace()
     with_cpi = phases_of(samples, meta, 0.1)
-    assert adjusted_rand_index(labels[:len(with_cpi)], with_cpi) > 0.95
+    # each change is confirmed one interval after it is seen
+    assert adjusted_rand_index(labels[:len(with_cpi)], with_cpi) > 0.9
     assert len(np.unique(with_cpi)) == 2
     code_only = phases_of(samples, meta, 0.0)
     assert len(np.unique(code_only)) == 1
@@ -107,13 +108,15 @@ def test_kernel_matches_reference_with_cpi(seed, n, tolerance, adaptive, max_pha
     # CPI in a few levels, some unknown; levels well apart from every tolerance
     log_cpi = rng.choice([-0.7, 0.0, 0.9], n) + rng.normal(0, 0.01, n)
     log_cpi[rng.random(n) < 0.2] = np.nan
-    params = DetectorParams(threshold=0.3, adaptive=adaptive, max_phases=max_phases)
+    params = DetectorParams(threshold=0.3, adaptive=adaptive, max_phases=max_phases,
+                            probation=bool(seed % 2))
     used = np.array([True, True, True])
     state = ClassifierState(32, 3, params, capacity=2)
-    phase, dist, new = classify(prof, counts, BOUNDS, SEGMENT_KINDS, used, state, log_cpi,
-                                tolerance)
-    r_phase, r_dist, r_new = classify_reference(prof, counts, BOUNDS, SEGMENT_KINDS, used,
-                                                params, log_cpi, tolerance)
+    phase, dist, new, status = classify(prof, counts, BOUNDS, SEGMENT_KINDS, used, state,
+                                        log_cpi, tolerance)
+    r_phase, r_dist, r_new, r_status = classify_reference(prof, counts, BOUNDS, SEGMENT_KINDS,
+                                                          used, params, log_cpi, tolerance)
+    assert np.array_equal(status, r_status)
     assert np.array_equal(phase, r_phase)
     assert np.array_equal(new, r_new)
     assert np.allclose(dist, r_dist, equal_nan=True, atol=1e-9)

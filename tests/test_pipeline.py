@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from phasewatch.core import reference
+from phasewatch.core.classify import MATCHED
 from phasewatch.core.batch import concat
 from phasewatch.core.params import DetectorParams, IntervalParams, Params, histogram_params_of
 from phasewatch.core.pipeline import Intervals, Pipeline
@@ -67,6 +68,9 @@ def test_vpf_cannot_tell_same_signature_apart_but_vpf_ip_can(samples):
     ip, _ = run(samples, params("vpf-ip"))
     a, b = labels == "compute-a", labels == "compute-b"
     assert set(vpf.phase[a]) == set(vpf.phase[b])
+    # the interval where compute-b starts is tentative: labelled with the nearest phase
+    confirmed = ip.statuses == MATCHED
+    a, b = a & confirmed, b & confirmed
     assert not set(ip.phase[a]) & set(ip.phase[b])
     assert len(set(ip.phase[a])) == 1 and len(set(ip.phase[b])) == 1
 
@@ -102,5 +106,6 @@ def test_adaptive_threshold_separates_phases_the_fixed_one_merges():
     fixed, _ = run(samples, params("vpf"))
     adaptive, pipe = run(samples, params("vpf", adaptive=True))
     assert adjusted_rand_index(truth, fixed.phase) < 0.5
-    assert adjusted_rand_index(truth, adaptive.phase) > 0.95
+    # each change is confirmed one interval after it is seen
+    assert adjusted_rand_index(truth, adaptive.phase) > 0.9
     assert pipe.threshold < 0.25

@@ -14,9 +14,11 @@ from phasewatch.formats.results import JSON_KEYS, ResultsSink
 def dumps_per_interval(iv: Intervals) -> str:
     """The writer as it was: one dict and one json.dumps per interval."""
     dist = [None if math.isnan(d) else round(d, 6) for d in iv.distance.tolist()]
+    status = iv.statuses
     rows = zip(iv.index.tolist(), iv.t_start_ns.tolist(), iv.t_end_ns.tolist(),
                iv.instructions.tolist(), iv.cycles.tolist(), iv.samples.tolist(),
-               dist, iv.phase.tolist(), iv.new_phase.tolist())
+               dist, iv.phase.tolist(), iv.new_phase.tolist(), (status == 2).tolist(),
+               (status == 1).tolist())
     return "".join(json.dumps(dict(zip(JSON_KEYS, r))) + "\n" for r in rows)
 
 
@@ -26,7 +28,8 @@ def intervals(distance, rng) -> Intervals:
     return Intervals(np.arange(n, dtype=np.int64), big, big + rng.integers(0, 10**12, n),
                      rng.integers(0, 2**40, n), rng.integers(0, 2**40, n),
                      rng.integers(0, 100, n), np.asarray(distance, np.float64),
-                     rng.integers(-1, 300, n), rng.random(n) < 0.2, np.zeros(n), np.zeros(n))
+                     rng.integers(-1, 300, n), rng.random(n) < 0.2, np.zeros(n), np.zeros(n),
+                     status=rng.integers(0, 3, n).astype(np.int8))
 
 
 def written(iv: Intervals, binary: bool) -> str:

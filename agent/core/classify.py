@@ -1,34 +1,54 @@
 """Leader-follower phase classification, one interval at a time.
 
 An interval stays in the previous phase if that phase's centroid is within the
-threshold; otherwise it takes the nearest centroid within the threshold;
-otherwise it opens a new phase.  Centroids are running means of their members,
-segment by segment.  The distance of a profile to a centroid is the largest of
-the segment distances over the segments both have (see agent/core/detectors.py).
+threshold; otherwise it takes the nearest centroid within the threshold.  An
+interval that fits no phase does not open one at once: it opens a *candidate*
+and is labelled with the nearest phase, marked tentative.  A candidate becomes
+a phase, with a new id, when a later interval fits it; at most
+:data:`CANDIDATES` wait at a time, the oldest giving way.  So a behaviour seen
+in one interval only (most often an interval that straddles a change) never
+becomes a phase of its own, and a change is confirmed one interval after it is
+seen.  The first phase of a run needs no candidate.
+
+An interval with no usable samples keeps the previous phase's id, marked as
+having no data; it never opens, joins or evicts a phase.
+
+Centroids are running means of their members, segment by segment, each new
+member weighing at least ``1 / memory``: a phase follows behaviour that drifts
+slowly instead of leaving a chain of phases behind it.  When a phase has
+gained members (at powers of two, then every 16), it is compared with every
+other phase, and two phases whose centroids have come within ``merge_share``
+of the threshold merge into the older; the younger's id is retired.
+
+The distance of a profile to a centroid is the largest of the segment
+distances over the segments both have (see agent/core/detectors.py).
 
 Where a source counts instructions and cycles exactly (a PMU), each interval
-also carries its log CPI, and a phase keeps the running mean of its members'.
-With a CPI tolerance ``tol`` (a log ratio; 0 turns it off), an interval whose
-CPI is more than a factor ``exp(tol)`` from a phase's is kept out of that
-phase whatever its profile: its distance to it counts as :data:`GATED`,
-beyond every threshold, and is reported as 1.  A phase whose members' CPI
-scatters more than that by itself tolerates :data:`CPI_NOISE_Z` standard
-deviations of it, so that a phase is not split on its own noise.  Intervals
-or phases with no known CPI are never kept out (docs/signals.md says why).
+also carries its log CPI, and a phase keeps the mean of its members' (not
+decayed: a phase does not follow a CPI ramp).  With a CPI tolerance ``tol`` (a
+log ratio; 0 turns it off), an interval whose CPI is more than a factor
+``exp(tol)`` from a phase's is kept out of that phase whatever its profile:
+its distance to it counts as :data:`GATED` and is reported as 1.  A phase
+whose CPI scatters from one member to the next by more than that tolerates
+:data:`CPI_NOISE_Z` standard deviations of the scatter, estimated from
+successive members' differences, which a slow trend does not widen.
+Intervals or phases with no known CPI are never kept out (docs/signals.md).
 
 With the adaptive threshold, the threshold follows the distances of intervals
-that joined an existing phase: an exponentially weighted mean plus ``z``
-standard deviations, clamped to [min, max], starting from the fixed threshold
-and moving only after ``warmup`` joins.  It is updated after each decision, so
-the classifier still decides online.
+that joined a phase: an exponentially weighted mean plus ``z`` standard
+deviations, clamped to [min, max], starting from the fixed threshold and moving
+only after ``warmup`` joins.  Where distances are corrected for noise (the code
+signature) they are mostly 0 within a phase, and the threshold sinks to its
+floor; the candidates keep the rare interval beyond it from opening a phase.
 
 At most ``max_phases`` phases are live.  A new phase beyond that takes the
 slot of the phase used least recently, which is retired: it is never matched
 again and its id is not reused.  Phase ids count every phase ever opened.
-Centroids live in slots; ``ids`` maps a slot to its phase id.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -47,31 +67,62 @@ GATED = 2.0
 #: A phase's CPI tolerance is at least this many standard deviations of its
 #: members' log CPI: beyond 4, noise alone goes about once in 16,000 intervals.
 CPI_NOISE_Z = 4.0
-# Threshold state slots.
-_THR, _MEAN, _VAR, _JOINED = range(4)
-# Counter slots: phases opened, phases retired, intervals classified.
-_OPENED, _RETIRED, _SEEN = range(3)
+#: Candidates waiting for a second interval, at most.
+CANDIDATES = 8
+#: A phase is compared with the others for a merge when its joins reach a
+#: power of two, and then every this many joins.
+MERGE_EVERY = 16
+#: What each interval's label means.
+MATCHED, NO_DATA, TENTATIVE = 0, 1, 2
+# Slot kinds.
+FREE, PHASE, CANDIDATE = 0, 1, 2
+# Integer slot columns: phase id, interval last used, kind, members with a
+# known CPI, intervals joined.
+_ID, _USED_AT, _KIND, _CPI_N, _JOINS = range(5)
+# Float slot columns: mean log CPI, the last member's, sum of squared
+# differences between successive members'.
+_LOG_CPI, _CPI_LAST, _CPI_D2 = range(3)
+# Threshold state: the threshold, mean and variance of the distances of
+# joins, and joins seen.
+_THR, _MEAN, _VAR, _SEEN_D = range(4)
+# Counters: phases opened, retired, merged; intervals classified; slots in
+# use (high-water mark); slot of the previous phase; live phases; candidates.
+_OPENED, _RETIRED, _MERGED, _SEEN, _HIGH, _PREV, _LIVE, _WAITING = range(8)
+
+
+class Decisions(NamedTuple):
+    """Each interval's phase id, distance, whether it opened the phase, and
+    its status (:data:`MATCHED`, :data:`NO_DATA` or :data:`TENTATIVE`)."""
+
+    phase: np.ndarray
+    distance: np.ndarray
+    new_phase: np.ndarray
+    status: np.ndarray
 
 
 class ClassifierState:
-    """Centroids and the threshold, grown as phases appear."""
+    """Centroids, candidates and the threshold, grown as phases appear."""
 
     def __init__(self, width: int, n_segments: int, params: DetectorParams, capacity: int = 64):
         if params.max_phases < 1:
             raise ValueError(f"max_phases {params.max_phases}: at least 1")
+        if params.memory < 1:
+            raise ValueError(f"memory {params.memory}: at least 1")
         self.params = params
-        capacity = min(capacity, params.max_phases)
+        capacity = min(capacity, self.limit)
         self.centroids = np.zeros((capacity, width))
-        self.members = np.zeros((capacity, n_segments), np.int64)
-        self.ids = np.zeros(capacity, np.int64)         # phase id of each slot
-        self.last_used = np.zeros(capacity, np.int64)   # interval that last joined each slot
-        self.count = np.zeros(1, np.int64)          # live slots
-        self.counters = np.zeros(3, np.int64)       # opened, retired, classified
-        self.previous = np.full(1, -1, np.int64)     # slot of the previous interval
-        self.log_cpi = np.zeros(capacity)           # mean log CPI of each slot's members
-        self.cpi_members = np.zeros(capacity, np.int64)   # members whose CPI is known
-        self.cpi_m2 = np.zeros(capacity)            # their sum of squared deviations
-        self.threshold = np.array([params.threshold, 0.0, 0.0, 0.0])
+        self.members = np.zeros((capacity, n_segments), np.int64)   # capped at memory
+        self.mean_samples = np.zeros((capacity, n_segments))        # samples a member
+        self.slots = np.zeros((capacity, 5), np.int64)
+        self.slots[:, _ID] = -1
+        self.cpi = np.zeros((capacity, 3))
+        self.counters = np.zeros(8, np.int64)
+        self.counters[_PREV] = -1
+        self.threshold = initial_threshold(params)
+
+    @property
+    def limit(self) -> int:
+        return self.params.max_phases + CANDIDATES
 
     @property
     def n_phases(self) -> int:
@@ -80,24 +131,50 @@ class ClassifierState:
 
     @property
     def retired(self) -> int:
-        """Phases dropped to keep at most ``max_phases`` live."""
+        """Phases dropped to keep at most ``max_phases`` live, or merged."""
         return int(self.counters[_RETIRED])
+
+    @property
+    def merged(self) -> int:
+        return int(self.counters[_MERGED])
+
+    @property
+    def live(self) -> int:
+        """Phases live now."""
+        return int(self.counters[_LIVE])
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The phase id of each slot in use; -1 for a candidate or a free slot."""
+        high = int(self.counters[_HIGH])
+        return np.where(self.slots[:high, _KIND] == PHASE, self.slots[:high, _ID], -1)
 
     def grow(self) -> None:
         cap = len(self.centroids)
-        extra = min(cap, self.params.max_phases - cap)
+        extra = min(cap, self.limit - cap)
         self.centroids = np.vstack([self.centroids, np.zeros((extra, self.centroids.shape[1]))])
         self.members = np.vstack([self.members, np.zeros((extra, self.members.shape[1]), np.int64)])
-        self.ids = np.concatenate([self.ids, np.zeros(extra, np.int64)])
-        self.last_used = np.concatenate([self.last_used, np.zeros(extra, np.int64)])
-        self.log_cpi = np.concatenate([self.log_cpi, np.zeros(extra)])
-        self.cpi_members = np.concatenate([self.cpi_members, np.zeros(extra, np.int64)])
-        self.cpi_m2 = np.concatenate([self.cpi_m2, np.zeros(extra)])
+        self.mean_samples = np.vstack([self.mean_samples,
+                                       np.zeros((extra, self.mean_samples.shape[1]))])
+        slots = np.zeros((extra, 5), np.int64)
+        slots[:, _ID] = -1
+        self.slots = np.vstack([self.slots, slots])
+        self.cpi = np.vstack([self.cpi, np.zeros((extra, 3))])
 
 
-def adaptive_settings(p: DetectorParams) -> np.ndarray:
+def detector_settings(p: DetectorParams) -> np.ndarray:
+    """The parameters the kernel reads, as one array."""
     return np.array([1.0 if p.adaptive else 0.0, p.adaptive_z, p.adaptive_alpha,
-                     p.adaptive_min, p.adaptive_max, float(p.adaptive_warmup)])
+                     p.adaptive_min, p.adaptive_max, float(p.adaptive_warmup),
+                     float(p.max_phases), float(p.memory), 1.0 if p.probation else 0.0,
+                     p.merge_share])
+
+
+_ADAPTIVE, _Z, _ALPHA, _MIN, _MAX, _WARMUP, _MAX_PHASES, _MEMORY, _PROBATION, _MERGE = range(10)
+
+
+def initial_threshold(p: DetectorParams) -> np.ndarray:
+    return np.array([p.threshold, 0.0, 0.0, 0.0])
 
 
 def interval_log_cpi(instructions: np.ndarray, cycles: np.ndarray) -> np.ndarray:
@@ -112,30 +189,28 @@ def interval_log_cpi(instructions: np.ndarray, cycles: np.ndarray) -> np.ndarray
 
 def classify(profiles: np.ndarray, counts: np.ndarray, bounds: np.ndarray,
              kinds: np.ndarray, used: np.ndarray, state: ClassifierState,
-             log_cpi: np.ndarray | None = None, cpi_tolerance: float = 0.0):
-    """Classify intervals in order.  Returns (phase, distance, new_phase) arrays;
-    ``counts`` holds each interval's samples per segment.  ``distance`` is to
-    the centroid of the phase taken, or, for a new phase, to the nearest one
-    (NaN for the first interval).  ``log_cpi`` (NaN: unknown) and
+             log_cpi: np.ndarray | None = None, cpi_tolerance: float = 0.0) -> Decisions:
+    """Classify intervals in order.  ``counts`` holds each interval's samples
+    per segment.  The distance is to the centroid of the phase taken, or, for
+    a new phase or a tentative interval, to the nearest one (NaN for the first
+    interval and for intervals without data).  ``log_cpi`` (NaN: unknown) and
     ``cpi_tolerance`` (0: off) keep intervals out of phases of another CPI."""
     n = len(profiles)
     if log_cpi is None:
         log_cpi = np.full(n, np.nan)
-    phase = np.empty(n, np.int64)
-    dist = np.empty(n, np.float64)
-    new = np.empty(n, np.bool_)
-    settings = adaptive_settings(state.params)
+    out = Decisions(np.empty(n, np.int64), np.empty(n, np.float64), np.empty(n, np.bool_),
+                    np.empty(n, np.int8))
+    settings = detector_settings(state.params)
+    log_cpi = np.ascontiguousarray(log_cpi, np.float64)
     done = 0
     while done < n:
         done = _classify_kernel(profiles, counts, bounds, kinds, used, done, settings,
-                                state.params.max_phases, state.centroids, state.members,
-                                state.ids, state.last_used, state.count, state.counters,
-                                state.previous, state.threshold, phase, dist, new,
-                                np.ascontiguousarray(log_cpi, np.float64), float(cpi_tolerance),
-                                state.log_cpi, state.cpi_members, state.cpi_m2)
+                                state.centroids, state.members, state.mean_samples,
+                                state.slots, state.cpi, state.counters, state.threshold,
+                                log_cpi, float(cpi_tolerance), *out)
         if done < n:
             state.grow()
-    return phase, dist, new
+    return out
 
 
 @kernel(cache=True, nogil=True)
@@ -150,250 +225,535 @@ def profile_distance(x, x_counts, c, c_members, bounds, kinds, used):
 
 
 @kernel(cache=True, nogil=True)
-def cpi_out_of_tolerance(x_log_cpi, c_log_cpi, c_cpi_members, c_cpi_m2, tolerance):
-    """True if both CPIs are known and further apart than the phase tolerates:
-    a factor exp(tolerance), or CPI_NOISE_Z standard deviations of its
-    members' log CPI if that is more."""
-    if not (tolerance > 0.0 and x_log_cpi == x_log_cpi and c_cpi_members > 0):
-        return False
-    allowed = max(tolerance, CPI_NOISE_Z * np.sqrt(c_cpi_m2 / c_cpi_members))
-    return abs(x_log_cpi - c_log_cpi) > allowed
+def has_data(x_counts, used):
+    for s in range(len(used)):
+        if used[s] and x_counts[s] > 0:
+            return True
+    return False
 
 
 @kernel(cache=True, nogil=True)
-def _distance(x, x_counts, p, centroids, members, bounds, kinds, used, x_log_cpi, tol,
-              c_log_cpi, c_cpi_members, c_cpi_m2):
-    if cpi_out_of_tolerance(x_log_cpi, c_log_cpi[p], c_cpi_members[p], c_cpi_m2[p], tol):
+def cpi_band(slot_i, slot_f, tolerance):
+    """How far a member's log CPI may lie from the phase's: the tolerance, or
+    CPI_NOISE_Z standard deviations of the scatter between successive
+    members if that is more."""
+    n = slot_i[_CPI_N]
+    if n < 2:
+        return tolerance
+    return max(tolerance, CPI_NOISE_Z * np.sqrt(slot_f[_CPI_D2] / (2.0 * (n - 1))))
+
+
+@kernel(cache=True, nogil=True)
+def cpi_out_of_tolerance(x_log_cpi, slot_i, slot_f, tolerance):
+    """True if both CPIs are known and further apart than the phase tolerates."""
+    if not (tolerance > 0.0 and x_log_cpi == x_log_cpi and slot_i[_CPI_N] > 0):
+        return False
+    return abs(x_log_cpi - slot_f[_LOG_CPI]) > cpi_band(slot_i, slot_f, tolerance)
+
+
+@kernel(cache=True, nogil=True)
+def _distance(x, x_counts, p, centroids, members, slots, cpi, bounds, kinds, used,
+              x_log_cpi, tol):
+    if cpi_out_of_tolerance(x_log_cpi, slots[p], cpi[p], tol):
         return GATED
     return profile_distance(x, x_counts, centroids[p], members[p], bounds, kinds, used)
 
 
 @kernel(cache=True, nogil=True)
-def _nearest(x, x_counts, centroids, members, count, bounds, kinds, used, x_log_cpi, tol,
-             c_log_cpi, c_cpi_members, c_cpi_m2):
+def _nearest(x, x_counts, kind, centroids, members, slots, cpi, high, bounds, kinds, used,
+             x_log_cpi, tol):
+    """The nearest slot of ``kind`` and its distance; (-1, inf) if none."""
     best, best_d = -1, np.inf
-    empty = True
-    for s in range(len(kinds)):
-        if used[s] and x_counts[s] > 0:
-            empty = False
-    if empty and not (tol > 0.0 and x_log_cpi == x_log_cpi):
-        return (0, 1.0) if count > 0 else (-1, np.inf)    # every distance is 1: the first wins
-    for p in range(count):
-        if empty:   # no samples to compare: every distance is 1, the first slot in tolerance wins
-            d = GATED if cpi_out_of_tolerance(x_log_cpi, c_log_cpi[p], c_cpi_members[p],
-                                              c_cpi_m2[p], tol) else 1.0
-        else:
-            d = _distance(x, x_counts, p, centroids, members, bounds, kinds, used, x_log_cpi,
-                          tol, c_log_cpi, c_cpi_members, c_cpi_m2)
+    for p in range(high):
+        if slots[p, _KIND] != kind:
+            continue
+        d = _distance(x, x_counts, p, centroids, members, slots, cpi, bounds, kinds, used,
+                      x_log_cpi, tol)
         if d < best_d:
             best, best_d = p, d
     return best, best_d
 
 
 @kernel(cache=True, nogil=True)
-def _join(x, x_counts, centroid, members, bounds):
+def _join_segments(x, x_counts, centroid, members, mean_samples, bounds, memory):
     for s in range(len(members)):
         if x_counts[s] == 0:
             continue
-        members[s] += 1
+        if members[s] < memory:
+            members[s] += 1
         w = 1.0 / members[s]
+        mean_samples[s] += (x_counts[s] - mean_samples[s]) * w
         for j in range(bounds[s], bounds[s + 1]):
             centroid[j] += (x[j] - centroid[j]) * w
 
 
 @kernel(cache=True, nogil=True)
-def _join_cpi(x_log_cpi, slot, c_log_cpi, c_cpi_members, c_cpi_m2):
-    """Welford's running mean and sum of squared deviations."""
+def _join_cpi(x_log_cpi, slot_i, slot_f):
+    """The running mean of the members' log CPI, and the squared differences
+    between successive members'."""
     if x_log_cpi == x_log_cpi:
-        c_cpi_members[slot] += 1
-        delta = x_log_cpi - c_log_cpi[slot]
-        c_log_cpi[slot] += delta / c_cpi_members[slot]
-        c_cpi_m2[slot] += delta * (x_log_cpi - c_log_cpi[slot])
+        if slot_i[_CPI_N] > 0:
+            step = x_log_cpi - slot_f[_CPI_LAST]
+            slot_f[_CPI_D2] += step * step
+        slot_i[_CPI_N] += 1
+        slot_f[_LOG_CPI] += (x_log_cpi - slot_f[_LOG_CPI]) / slot_i[_CPI_N]
+        slot_f[_CPI_LAST] = x_log_cpi
 
 
 @kernel(cache=True, nogil=True)
 def _adapt(thr, d, settings):
-    alpha = settings[2]
-    if thr[_JOINED] == 0:
+    """Move the threshold by one interval's distance."""
+    alpha = settings[_ALPHA]
+    if thr[_SEEN_D] == 0:
         thr[_MEAN] = d
         thr[_VAR] = 0.0
     else:
         delta = d - thr[_MEAN]
         thr[_MEAN] += alpha * delta
         thr[_VAR] = (1.0 - alpha) * (thr[_VAR] + alpha * delta * delta)
-    thr[_JOINED] += 1
-    if thr[_JOINED] >= settings[5]:
-        t = thr[_MEAN] + settings[1] * np.sqrt(thr[_VAR])
-        thr[_THR] = min(max(t, settings[3]), settings[4])
+    thr[_SEEN_D] += 1
+    if thr[_SEEN_D] >= settings[_WARMUP]:
+        t = thr[_MEAN] + settings[_Z] * np.sqrt(thr[_VAR])
+        thr[_THR] = min(max(t, settings[_MIN]), settings[_MAX])
 
 
 @kernel(cache=True, nogil=True)
-def _open_slot(max_phases, centroids, members, last_used, count, counters, previous):
-    """A slot for a new phase: a free one, else the least recently used one
-    (retired and cleared); -1 if the table must grow first."""
-    k = count[0]
-    if k < max_phases:
-        if k == len(centroids):
-            return -1
-        count[0] = k + 1
-        return k
-    slot = 0
-    for p in range(1, k):
-        if last_used[p] < last_used[slot]:
-            slot = p
+def _clear(slot, centroids, members, mean_samples, slots, cpi):
     centroids[slot, :] = 0.0
     members[slot, :] = 0
-    counters[_RETIRED] += 1
-    if previous[0] == slot:
-        previous[0] = -1
-    return slot
+    mean_samples[slot, :] = 0.0
+    slots[slot, :] = 0
+    slots[slot, _ID] = -1
+    cpi[slot, :] = 0.0
 
 
 @kernel(cache=True, nogil=True)
-def _classify_kernel(profiles, counts, bounds, kinds, used, start, settings, max_phases,
-                     centroids, members, ids, last_used, count, counters, previous, thr,
-                     o_phase, o_dist, o_new, log_cpi, tol, c_log_cpi, c_cpi_members, c_cpi_m2):
+def _oldest(slots, high, kind):
+    """The slot of ``kind`` used least recently; -1 if none."""
+    found = -1
+    for p in range(high):
+        if slots[p, _KIND] == kind and (found < 0 or slots[p, _USED_AT] < slots[found, _USED_AT]):
+            found = p
+    return found
+
+
+@kernel(cache=True, nogil=True)
+def _free_slot(slots, counters, capacity):
+    """A free slot, the high-water mark raised if need be; -1 if the table must grow."""
+    high = counters[_HIGH]
+    for p in range(high):
+        if slots[p, _KIND] == FREE:
+            return p
+    if high == capacity:
+        return -1
+    counters[_HIGH] = high + 1
+    return high
+
+
+@kernel(cache=True, nogil=True)
+def _retire(slot, centroids, members, mean_samples, slots, cpi, counters):
+    _clear(slot, centroids, members, mean_samples, slots, cpi)
+    counters[_RETIRED] += 1
+    counters[_LIVE] -= 1
+    if counters[_PREV] == slot:
+        counters[_PREV] = -1
+
+
+@kernel(cache=True, nogil=True)
+def _make_room_for_phase(settings, centroids, members, mean_samples, slots, cpi, counters):
+    """Retire the phase used least recently if ``max_phases`` are live."""
+    if counters[_LIVE] >= settings[_MAX_PHASES]:
+        _retire(_oldest(slots, counters[_HIGH], PHASE), centroids, members, mean_samples,
+                slots, cpi, counters)
+
+
+@kernel(cache=True, nogil=True)
+def _promote(slot, slots, counters):
+    """``slot`` becomes a phase with the next id."""
+    slots[slot, _KIND] = PHASE
+    slots[slot, _ID] = counters[_OPENED]
+    counters[_OPENED] += 1
+    counters[_LIVE] += 1
+
+
+@kernel(cache=True, nogil=True)
+def _merge_into(keep, gone, centroids, members, mean_samples, slots, cpi, bounds, memory):
+    """Fold slot ``gone`` into phase ``keep``, each side weighed by its members."""
+    for s in range(members.shape[1]):
+        a, b = members[keep, s], members[gone, s]
+        if b == 0:
+            continue
+        w = b / (a + b)
+        for j in range(bounds[s], bounds[s + 1]):
+            centroids[keep, j] += (centroids[gone, j] - centroids[keep, j]) * w
+        mean_samples[keep, s] += (mean_samples[gone, s] - mean_samples[keep, s]) * w
+        members[keep, s] = min(a + b, memory)
+    na, nb = slots[keep, _CPI_N], slots[gone, _CPI_N]
+    if nb > 0:
+        cpi[keep, _LOG_CPI] += (cpi[gone, _LOG_CPI] - cpi[keep, _LOG_CPI]) * nb / (na + nb)
+        cpi[keep, _CPI_D2] += cpi[gone, _CPI_D2]
+        slots[keep, _CPI_N] = na + nb
+    slots[keep, _JOINS] += slots[gone, _JOINS]
+    slots[keep, _USED_AT] = max(slots[keep, _USED_AT], slots[gone, _USED_AT])
+
+
+@kernel(cache=True, nogil=True)
+def _twin(slot, threshold, settings, centroids, members, mean_samples, slots, cpi, counters,
+          bounds, kinds, used, tol):
+    """Another phase whose centroid is within ``merge_share`` of the
+    threshold of ``slot``'s and whose CPI is within both tolerances; -1 if none."""
+    n = np.empty(members.shape[1], np.int64)
+    for s in range(len(n)):
+        n[s] = int(mean_samples[slot, s] * members[slot, s] + 0.5)
+    for p in range(counters[_HIGH]):
+        if p == slot or slots[p, _KIND] != PHASE:
+            continue
+        if tol > 0.0 and slots[slot, _CPI_N] > 0 and (
+                cpi_out_of_tolerance(cpi[slot, _LOG_CPI], slots[p], cpi[p], tol)
+                or cpi_out_of_tolerance(cpi[p, _LOG_CPI], slots[slot], cpi[slot], tol)):
+            continue
+        d = profile_distance(centroids[slot], n, centroids[p], members[p], bounds, kinds, used)
+        if d <= settings[_MERGE] * threshold:
+            return p
+    return -1
+
+
+@kernel(cache=True, nogil=True)
+def _classify_kernel(profiles, counts, bounds, kinds, used, start, settings, centroids,
+                     members, mean_samples, slots, cpi, counters, thr, log_cpi, tol,
+                     o_phase, o_dist, o_new, o_status):
     """Classify from ``start`` on; return the index reached (short of the end
-    only when the centroid table must grow)."""
+    only when the slot table must grow)."""
     n = len(profiles)
+    memory = int(settings[_MEMORY])
+    capacity = len(centroids)
     for i in range(start, n):
-        k = count[0]
         x, xp, lx = profiles[i], counts[i], log_cpi[i]
-        prev = previous[0]
+        prev = counters[_PREV]
+        if not has_data(xp, used):
+            o_phase[i] = slots[prev, _ID] if prev >= 0 else -1
+            o_dist[i], o_new[i], o_status[i] = np.nan, False, NO_DATA
+            continue
+        high = counters[_HIGH]
         chosen, d = -1, np.nan
         nearest, d_near = -1, np.inf
         if prev >= 0:
-            d = _distance(x, xp, prev, centroids, members, bounds, kinds, used, lx, tol,
-                          c_log_cpi, c_cpi_members, c_cpi_m2)
+            d = _distance(x, xp, prev, centroids, members, slots, cpi, bounds, kinds, used, lx, tol)
             if d <= thr[_THR] and d > STAY_MARGIN:    # else no phase can be nearer by the margin
-                nearest, d_near = _nearest(x, xp, centroids, members, k, bounds, kinds, used,
-                                           lx, tol, c_log_cpi, c_cpi_members, c_cpi_m2)
+                nearest, d_near = _nearest(x, xp, PHASE, centroids, members, slots, cpi, high,
+                                           bounds, kinds, used, lx, tol)
             if d <= thr[_THR] and d <= d_near + STAY_MARGIN:
                 chosen = prev
         if chosen < 0 and nearest < 0:
-            nearest, d_near = _nearest(x, xp, centroids, members, k, bounds, kinds, used,
-                                       lx, tol, c_log_cpi, c_cpi_members, c_cpi_m2)
+            nearest, d_near = _nearest(x, xp, PHASE, centroids, members, slots, cpi, high,
+                                       bounds, kinds, used, lx, tol)
         if chosen < 0 and nearest >= 0:
             d = d_near
             if d_near <= thr[_THR]:
                 chosen = nearest
+        status, new, joined, promote = MATCHED, False, False, True
         if chosen < 0:
-            chosen = _open_slot(max_phases, centroids, members, last_used, count, counters,
-                                previous)
-            if chosen < 0:
-                return i
-            c_log_cpi[chosen], c_cpi_members[chosen], c_cpi_m2[chosen] = 0.0, 0, 0.0
-            ids[chosen] = counters[_OPENED]
-            counters[_OPENED] += 1
-            o_new[i] = True
-        else:
-            o_new[i] = False
-            if settings[0] > 0.0:
-                _adapt(thr, d, settings)
-        o_phase[i] = ids[chosen]
-        o_dist[i] = 1.0 if d > 1.0 else d     # GATED reads 1; NaN stays NaN
-        _join(x, xp, centroids[chosen], members[chosen], bounds)
-        _join_cpi(lx, chosen, c_log_cpi, c_cpi_members, c_cpi_m2)
-        previous[0] = chosen
+            candidate, d_candidate = -1, np.inf
+            probation = settings[_PROBATION] > 0.0 and nearest >= 0
+            if probation:
+                candidate, d_candidate = _nearest(x, xp, CANDIDATE, centroids, members, slots,
+                                                  cpi, high, bounds, kinds, used, lx, tol)
+            if probation and d_candidate <= thr[_THR]:
+                counters[_WAITING] -= 1
+                _join_segments(x, xp, centroids[candidate], members[candidate],
+                               mean_samples[candidate], bounds, memory)
+                _join_cpi(lx, slots[candidate], cpi[candidate])
+                slots[candidate, _JOINS] += 1
+                joined = True
+                known = _twin(candidate, thr[_THR], settings, centroids, members, mean_samples,
+                              slots, cpi, counters, bounds, kinds, used, tol)
+                if known >= 0:      # a phase seen before after all: no new id
+                    _merge_into(known, candidate, centroids, members, mean_samples, slots,
+                                cpi, bounds, memory)
+                    _clear(candidate, centroids, members, mean_samples, slots, cpi)
+                    chosen, promote = known, False
+                else:
+                    chosen, promote = candidate, True
+                    _make_room_for_phase(settings, centroids, members, mean_samples, slots,
+                                         cpi, counters)
+            elif probation:
+                if counters[_WAITING] >= CANDIDATES:
+                    slot = _oldest(slots, high, CANDIDATE)
+                    _clear(slot, centroids, members, mean_samples, slots, cpi)
+                else:
+                    slot = _free_slot(slots, counters, capacity)
+                    if slot < 0:
+                        return i
+                    counters[_WAITING] += 1
+                slots[slot, _KIND] = CANDIDATE
+                counters[_SEEN] += 1
+                slots[slot, _USED_AT] = counters[_SEEN]
+                _join_segments(x, xp, centroids[slot], members[slot], mean_samples[slot],
+                               bounds, memory)
+                _join_cpi(lx, slots[slot], cpi[slot])
+                o_phase[i] = slots[nearest, _ID]
+                o_dist[i] = min(d_near, 1.0)
+                o_new[i], o_status[i] = False, TENTATIVE
+                continue
+            else:
+                _make_room_for_phase(settings, centroids, members, mean_samples, slots, cpi,
+                                     counters)
+                chosen = _free_slot(slots, counters, capacity)
+                if chosen < 0:
+                    return i
+            if promote:
+                _promote(chosen, slots, counters)
+                new = True
+        elif settings[_ADAPTIVE] > 0.0:
+            _adapt(thr, d, settings)
+        if not joined:
+            _join_segments(x, xp, centroids[chosen], members[chosen], mean_samples[chosen],
+                           bounds, memory)
+            _join_cpi(lx, slots[chosen], cpi[chosen])
+            slots[chosen, _JOINS] += 1
+        joins = slots[chosen, _JOINS]
+        if not new and ((joins & (joins - 1)) == 0 or joins % MERGE_EVERY == 0):
+            twin = _twin(chosen, thr[_THR], settings, centroids, members, mean_samples, slots,
+                         cpi, counters, bounds, kinds, used, tol)
+            if twin >= 0:
+                keep, gone = (twin, chosen) if slots[twin, _ID] < slots[chosen, _ID] else (chosen, twin)
+                _merge_into(keep, gone, centroids, members, mean_samples, slots, cpi, bounds,
+                            memory)
+                _retire(gone, centroids, members, mean_samples, slots, cpi, counters)
+                counters[_MERGED] += 1
+                chosen = keep
+        o_phase[i] = slots[chosen, _ID]
+        o_dist[i] = min(d, 1.0) if d == d else d      # GATED reads 1; NaN stays NaN
+        o_new[i], o_status[i] = new, status
+        counters[_PREV] = chosen
         counters[_SEEN] += 1
-        last_used[chosen] = counters[_SEEN]
+        slots[chosen, _USED_AT] = counters[_SEEN]
     return n
 
 
 def classify_reference(profiles, counts, bounds, kinds, used, params: DetectorParams,
-                       log_cpi=None, cpi_tolerance: float = 0.0):
-    """Plain Python/numpy leader-follower, for the tests and the benchmark."""
+                       log_cpi=None, cpi_tolerance: float = 0.0) -> Decisions:
+    """Plain Python/numpy leader-follower with candidates, for the tests and
+    the benchmark: the kernel's rules, slot for slot."""
     from .histograms import segment_distance_reference
 
-    centroids, members, ids, last, phases, dists, news = [], [], [], [], [], [], []
-    cpis = []       # per slot: the known log CPIs of its members
+    n_seg = len(kinds)
     if log_cpi is None:
         log_cpi = np.full(len(profiles), np.nan)
-    thr, mean, var, joined = params.threshold, 0.0, 0.0, 0
-    opened = 0
+    slots: list[dict] = []
+    thr = {"value": params.threshold, "mean": 0.0, "var": 0.0, "seen": 0}
+    state = {"opened": 0, "seen": 0, "prev": -1}
 
-    def distance(x, xp, c, cm, lx, lcs):
-        if cpi_tolerance > 0 and not np.isnan(lx) and lcs:
-            allowed = max(cpi_tolerance, CPI_NOISE_Z * np.std(lcs))
-            if abs(lx - np.mean(lcs)) > allowed:
-                return GATED
+    def band(sl):
+        if sl["cpi_n"] < 2:
+            return cpi_tolerance
+        return max(cpi_tolerance, CPI_NOISE_Z * np.sqrt(sl["cpi_d2"] / (2.0 * (sl["cpi_n"] - 1))))
+
+    def gated(lx, sl):
+        return (cpi_tolerance > 0 and not np.isnan(lx) and sl["cpi_n"] > 0
+                and abs(lx - sl["log_cpi"]) > band(sl))
+
+    def profile_distance(x, xp, c, cm):
         ds = [segment_distance_reference(x[bounds[s]:bounds[s + 1]], xp[s],
                                          c[bounds[s]:bounds[s + 1]], cm[s], kinds[s])
-              for s in range(len(kinds)) if used[s] and xp[s] > 0 and cm[s] > 0]
+              for s in range(n_seg) if used[s] and xp[s] > 0 and cm[s] > 0]
         return max(ds) if ds else 1.0
 
-    prev = -1
-    for i, (x, xp, lx) in enumerate(zip(profiles, counts, log_cpi)):
-        ds = [distance(x, xp, c, cm, lx, lcs) for c, cm, lcs in zip(centroids, members, cpis)]
-        nearest = int(np.argmin(ds)) if ds else -1
-        chosen, d = -1, (ds[nearest] if ds else np.nan)
-        if prev >= 0 and ds[prev] <= thr and ds[prev] <= ds[nearest] + STAY_MARGIN:
-            chosen, d = prev, ds[prev]
-        elif ds and ds[nearest] <= thr:
-            chosen = nearest
-        if chosen < 0:
-            if len(centroids) < params.max_phases:
-                centroids.append(np.zeros_like(x))
-                members.append(np.zeros(len(kinds), np.int64))
-                ids.append(0)
-                last.append(0)
-                cpis.append([])
-                chosen = len(centroids) - 1
-            else:                       # retire the least recently used phase
-                chosen = int(np.argmin(last))
-                centroids[chosen] = np.zeros_like(x)
-                members[chosen] = np.zeros(len(kinds), np.int64)
-                cpis[chosen] = []
-                if prev == chosen:
-                    prev = -1
-            ids[chosen] = opened
-            opened += 1
-            news.append(True)
-        else:
-            news.append(False)
-            if params.adaptive:
-                if joined == 0:
-                    mean, var = d, 0.0
-                else:
-                    delta = d - mean
-                    mean += params.adaptive_alpha * delta
-                    var = (1 - params.adaptive_alpha) * (var + params.adaptive_alpha * delta * delta)
-                joined += 1
-                if joined >= params.adaptive_warmup:
-                    thr = min(max(mean + params.adaptive_z * np.sqrt(var), params.adaptive_min),
-                              params.adaptive_max)
-        for s in range(len(kinds)):
-            if xp[s] > 0:
-                members[chosen][s] += 1
-                sl = slice(bounds[s], bounds[s + 1])
-                centroids[chosen][sl] += (x[sl] - centroids[chosen][sl]) / members[chosen][s]
+    def distance(x, xp, lx, sl):
+        return GATED if gated(lx, sl) else profile_distance(x, xp, sl["centroid"], sl["members"])
+
+    def nearest(x, xp, lx, kind):
+        ds = [(distance(x, xp, lx, sl), p) for p, sl in enumerate(slots) if sl["kind"] == kind]
+        return min(ds, key=lambda t: (t[0], t[1]))[::-1] if ds else (-1, np.inf)
+
+    def empty_slot():
+        return {"kind": FREE, "id": -1, "used_at": 0, "joins": 0, "cpi_n": 0, "log_cpi": 0.0,
+                "cpi_last": 0.0, "cpi_d2": 0.0, "centroid": np.zeros(profiles.shape[1]),
+                "members": np.zeros(n_seg, np.int64), "mean_samples": np.zeros(n_seg)}
+
+    def free_slot():
+        for p, sl in enumerate(slots):
+            if sl["kind"] == FREE:
+                return p
+        slots.append(empty_slot())
+        return len(slots) - 1
+
+    def oldest(kind):
+        found = [p for p, sl in enumerate(slots) if sl["kind"] == kind]
+        return min(found, key=lambda p: (slots[p]["used_at"], p))
+
+    def retire(p):
+        slots[p] = empty_slot()
+        if state["prev"] == p:
+            state["prev"] = -1
+
+    def live():
+        return sum(sl["kind"] == PHASE for sl in slots)
+
+    def join(x, xp, lx, sl):
+        for s in range(n_seg):
+            if xp[s] == 0:
+                continue
+            sl["members"][s] = min(sl["members"][s] + 1, params.memory)
+            w = 1.0 / sl["members"][s]
+            sl["mean_samples"][s] += (xp[s] - sl["mean_samples"][s]) * w
+            seg = slice(bounds[s], bounds[s + 1])
+            sl["centroid"][seg] += (x[seg] - sl["centroid"][seg]) * w
         if not np.isnan(lx):
-            cpis[chosen].append(lx)
-        phases.append(ids[chosen])
-        dists.append(1.0 if d > 1.0 else d)
-        prev = chosen
-        last[chosen] = i + 1
-    return np.array(phases, np.int64), np.array(dists), np.array(news, np.bool_)
+            if sl["cpi_n"] > 0:
+                sl["cpi_d2"] += (lx - sl["cpi_last"]) ** 2
+            sl["cpi_n"] += 1
+            sl["log_cpi"] += (lx - sl["log_cpi"]) / sl["cpi_n"]
+            sl["cpi_last"] = lx
+
+    def adapt(d):
+        a = params.adaptive_alpha
+        if thr["seen"] == 0:
+            thr["mean"], thr["var"] = d, 0.0
+        else:
+            delta = d - thr["mean"]
+            thr["mean"] += a * delta
+            thr["var"] = (1 - a) * (thr["var"] + a * delta * delta)
+        thr["seen"] += 1
+        if thr["seen"] >= params.adaptive_warmup:
+            t = thr["mean"] + params.adaptive_z * np.sqrt(thr["var"])
+            thr["value"] = min(max(t, params.adaptive_min), params.adaptive_max)
+
+    def twin(c):
+        sl = slots[c]
+        n = np.array([int(m * k + 0.5) for m, k in zip(sl["mean_samples"], sl["members"])])
+        for p, other in enumerate(slots):
+            if p == c or other["kind"] != PHASE:
+                continue
+            if cpi_tolerance > 0 and sl["cpi_n"] > 0 and (
+                    gated(sl["log_cpi"], other) or gated(other["log_cpi"], sl)):
+                continue
+            if profile_distance(sl["centroid"], n, other["centroid"],
+                                other["members"]) <= params.merge_share * thr["value"]:
+                return p
+        return -1
+
+    def merge(keep, gone):
+        k, g = slots[keep], slots[gone]
+        for s in range(n_seg):
+            a, b = k["members"][s], g["members"][s]
+            if b == 0:
+                continue
+            w = b / (a + b)
+            seg = slice(bounds[s], bounds[s + 1])
+            k["centroid"][seg] += (g["centroid"][seg] - k["centroid"][seg]) * w
+            k["mean_samples"][s] += (g["mean_samples"][s] - k["mean_samples"][s]) * w
+            k["members"][s] = min(a + b, params.memory)
+        if g["cpi_n"] > 0:
+            k["log_cpi"] += (g["log_cpi"] - k["log_cpi"]) * g["cpi_n"] / (k["cpi_n"] + g["cpi_n"])
+            k["cpi_d2"] += g["cpi_d2"]
+            k["cpi_n"] += g["cpi_n"]
+        k["joins"] += g["joins"]
+        k["used_at"] = max(k["used_at"], g["used_at"])
+
+    def make_room():
+        if live() >= params.max_phases:
+            retire(oldest(PHASE))
+
+    out = Decisions(np.empty(len(profiles), np.int64), np.empty(len(profiles)),
+                    np.empty(len(profiles), np.bool_), np.empty(len(profiles), np.int8))
+    for i, (x, xp, lx) in enumerate(zip(profiles, counts, log_cpi)):
+        prev = state["prev"]
+        if not any(used[s] and xp[s] > 0 for s in range(n_seg)):
+            out.phase[i] = slots[prev]["id"] if prev >= 0 else -1
+            out.distance[i], out.new_phase[i], out.status[i] = np.nan, False, NO_DATA
+            continue
+        chosen, d = -1, np.nan
+        near, d_near = nearest(x, xp, lx, PHASE)
+        if prev >= 0:
+            d = distance(x, xp, lx, slots[prev])
+            if d <= thr["value"] and d <= d_near + STAY_MARGIN:
+                chosen = prev
+        if chosen < 0 and near >= 0:
+            d = d_near
+            if d_near <= thr["value"]:
+                chosen = near
+        new, joined, promote = False, False, True
+        if chosen < 0:
+            probation = params.probation and near >= 0
+            cand, d_cand = nearest(x, xp, lx, CANDIDATE) if probation else (-1, np.inf)
+            if probation and d_cand <= thr["value"]:
+                join(x, xp, lx, slots[cand])
+                slots[cand]["joins"] += 1
+                joined = True
+                known = twin(cand)
+                if known >= 0:
+                    merge(known, cand)
+                    slots[cand] = empty_slot()
+                    chosen, promote = known, False
+                else:
+                    chosen = cand
+                    make_room()
+            elif probation:
+                if sum(sl["kind"] == CANDIDATE for sl in slots) >= CANDIDATES:
+                    slot = oldest(CANDIDATE)
+                    slots[slot] = empty_slot()
+                else:
+                    slot = free_slot()
+                slots[slot]["kind"] = CANDIDATE
+                state["seen"] += 1
+                slots[slot]["used_at"] = state["seen"]
+                join(x, xp, lx, slots[slot])
+                out.phase[i], out.distance[i] = slots[near]["id"], min(d_near, 1.0)
+                out.new_phase[i], out.status[i] = False, TENTATIVE
+                continue
+            else:
+                make_room()
+                chosen = free_slot()
+            if promote:
+                slots[chosen]["kind"], slots[chosen]["id"] = PHASE, state["opened"]
+                state["opened"] += 1
+                new = True
+        elif params.adaptive:
+            adapt(d)
+        sl = slots[chosen]
+        if not joined:
+            join(x, xp, lx, sl)
+            sl["joins"] += 1
+        j = sl["joins"]
+        if not new and ((j & (j - 1)) == 0 or j % MERGE_EVERY == 0):
+            other = twin(chosen)
+            if other >= 0:
+                keep, gone = ((other, chosen) if slots[other]["id"] < sl["id"]
+                              else (chosen, other))
+                merge(keep, gone)
+                retire(gone)
+                chosen = keep
+        out.phase[i] = slots[chosen]["id"]
+        out.distance[i] = min(d, 1.0) if d == d else d
+        out.new_phase[i], out.status[i] = new, MATCHED
+        state["prev"] = chosen
+        state["seen"] += 1
+        slots[chosen]["used_at"] = state["seen"]
+    return out
 
 
-def threshold_history(distance: np.ndarray, new_phase: np.ndarray,
-                      params: DetectorParams) -> np.ndarray:
+def threshold_history(distance: np.ndarray, new_phase: np.ndarray, params: DetectorParams,
+                      status: np.ndarray | None = None) -> np.ndarray:
     """The threshold each interval was judged against, rebuilt from the
     classifier's decisions by the rule it follows online: fixed, or moved by
-    the distance of each interval that joined an existing phase."""
+    the distance of each interval that joined a phase."""
     distance = np.asarray(distance, np.float64)
     if not params.adaptive:
         return np.full(len(distance), params.threshold)
-    thr = np.array([params.threshold, 0.0, 0.0, 0.0])
+    if status is None:
+        status = np.zeros(len(distance), np.int8)
+    thr = initial_threshold(params)
     return _threshold_history(distance, np.asarray(new_phase, np.bool_),
-                              adaptive_settings(params), thr)
+                              np.asarray(status, np.int8), detector_settings(params), thr)
 
 
 @kernel(cache=True)
-def _threshold_history(distance, new_phase, settings, thr):
+def _threshold_history(distance, new_phase, status, settings, thr):
     out = np.empty(len(distance))
     for i in range(len(distance)):
         out[i] = thr[_THR]
-        if not new_phase[i] and not np.isnan(distance[i]):
-            _adapt(thr, distance[i], settings)
+        d = distance[i]
+        if status[i] == MATCHED and not new_phase[i] and d == d:
+            _adapt(thr, d, settings)
     return out

@@ -18,6 +18,9 @@ DEFAULT_MAX_PHASES = 256
 #: 0.05 / sqrt(3) = 0.029, what SimPoint's phases keep on most real programs
 #: (README, ground truth; docs/signals.md).
 DEFAULT_CPI_TOLERANCE = 0.05
+#: Chosen on the tuning half of the ground truth (docs/detection.md).
+DEFAULT_MEMORY = 16
+DEFAULT_MERGE_SHARE = 1.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,15 @@ class DetectorParams:
     # Log-ratio tolerance of CPI between an interval and a phase, for the
     # detectors that use counter ratios where they are counted; 0 turns it off.
     cpi_tolerance: float = DEFAULT_CPI_TOLERANCE
+    # A centroid is the mean of about its last ``memory`` members: each new
+    # member weighs at least 1/memory, so a phase follows slow drift.
+    memory: int = DEFAULT_MEMORY
+    # An interval that fits no phase opens a candidate, not a phase: the
+    # candidate becomes a phase when a later interval fits it.  Off by
+    # default until the held-out evaluation (docs/detection.md) has chosen it.
+    probation: bool = False
+    # Two phases whose centroids come within this share of the threshold merge.
+    merge_share: float = DEFAULT_MERGE_SHARE
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,9 @@ class Intervals:
     #: each interval's profile, every segment built, and its samples per segment.
     profiles: np.ndarray | None = None
     segment_samples: np.ndarray | None = None
+    #: Each interval's classifier status (core.classify: MATCHED, NO_DATA,
+    #: TENTATIVE); None: all matched (a source with no candidates).
+    status: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.index)
@@ -52,7 +55,7 @@ class Intervals:
         if len(parts) == 1:
             return parts[0]
         columns = {name: np.concatenate([getattr(p, name) for p in parts]) for name in _COLUMNS}
-        for name in ("profiles", "segment_samples"):
+        for name in ("profiles", "segment_samples", "status"):
             if all(getattr(p, name) is not None for p in parts):
                 columns[name] = np.concatenate([getattr(p, name) for p in parts])
         return cls(**columns)
@@ -61,6 +64,22 @@ class Intervals:
     def empty(cls) -> "Intervals":
         z, f = np.zeros(0, np.int64), np.zeros(0)
         return cls(z, z, z, z, z, z, f, z, np.zeros(0, np.bool_), f, f)
+
+    def labelled(self) -> "Intervals":
+        """The intervals that have a phase: all but those without data before
+        the first phase (phase -1)."""
+        keep = self.phase >= 0
+        if keep.all():
+            return self
+        columns = {name: getattr(self, name)[keep] for name in _COLUMNS}
+        extra = {name: getattr(self, name)[keep] for name in ("profiles", "segment_samples",
+                                                              "status")
+                 if getattr(self, name) is not None}
+        return Intervals(**columns, partial=self.partial, **extra)
+
+    @property
+    def statuses(self) -> np.ndarray:
+        return self.status if self.status is not None else np.zeros(len(self), np.int8)
 
     @property
     def cpi(self) -> np.ndarray:
@@ -194,10 +213,10 @@ class Pipeline:
     def _classify(self, block: IntervalBlock) -> Intervals:
         log_cpi = (interval_log_cpi(block.instructions, block.cycles)
                    if self.cpi_tolerance > 0 and len(block) else None)
-        phase, dist, new = classify(block.profiles, block.segment_samples, self.layout.bounds,
-                                    self.kinds, self.used, self.classifier, log_cpi,
-                                    self.cpi_tolerance)
-        intervals = self._intervals(block, phase, dist, new)
+        decided = classify(block.profiles, block.segment_samples, self.layout.bounds,
+                           self.kinds, self.used, self.classifier, log_cpi, self.cpi_tolerance)
+        intervals = self._intervals(block, decided.phase, decided.distance, decided.new_phase)
+        intervals.status = decided.status
         if self.profiles_kept:
             # the block is the accumulator's scratch space, reused by the next batch
             intervals.profiles = block.profiles.copy()

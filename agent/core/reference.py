@@ -149,9 +149,10 @@ def detect(batch: SampleBatch, params: Params, base_mhz: float, text_range=None,
     kinds = segment_kinds(replace(params.histograms,
                                   ip_signature=IP_SIGNATURE[params.detector.detector]))
     tolerance = params.detector.cpi_tolerance if params.detector.detector in USES_CPI else 0.0
-    phase, dist, new = classify_reference(prof, counts, layout.bounds, kinds,
-                                          used_mask(params.detector.detector), params.detector,
-                                          interval_cpi(decoded, ends), tolerance)
+    phase, dist, new, _ = classify_reference(prof, counts, layout.bounds, kinds,
+                                             used_mask(params.detector.detector),
+                                             params.detector, interval_cpi(decoded, ends),
+                                             tolerance)
     return phase, dist, new, ends
 
 

@@ -16,6 +16,7 @@ from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
+from ..core.classify import NO_DATA, TENTATIVE
 from ..core.pipeline import Intervals, PipelineStats
 from ..core.source import Sink
 from .outputs import Output, open_output
@@ -24,12 +25,13 @@ if TYPE_CHECKING:
     from ..core.source import Classified
 
 JSON_KEYS = ("index", "t_start_ns", "t_end_ns", "instructions", "cycles", "samples",
-             "distance", "phase", "new_phase")
+             "distance", "phase", "new_phase", "tentative", "no_data")
+_TEXT = ("distance", "new_phase", "tentative", "no_data")
 #: One interval's line, as ``json.dumps`` writes its dict: integers, then the
-#: distance and ``new_phase`` as JSON text.
-_JSON_LINE = "{" + ", ".join(f'"{key}": %{"s" if key in ("distance", "new_phase") else "d"}'
+#: distance and the flags as JSON text.
+_JSON_LINE = "{" + ", ".join(f'"{key}": %{"s" if key in _TEXT else "d"}'
                              for key in JSON_KEYS) + "}\n"
-_CSV_LINE = ",".join("%s" if key in ("distance", "new_phase") else "%d" for key in JSON_KEYS) + "\n"
+_CSV_LINE = ",".join("%s" if key in _TEXT else "%d" for key in JSON_KEYS) + "\n"
 
 
 def _json_number(x: float) -> str:
@@ -48,10 +50,12 @@ def _rows(iv: Intervals, number):
     """Each interval's values, in :data:`JSON_KEYS` order, the distance and
     ``new_phase`` as text."""
     distance = [number(d) for d in iv.distance.tolist()]
-    new = ["true" if b else "false" for b in iv.new_phase.tolist()]
+    status = iv.statuses
+    new, tentative, no_data = ([("false", "true")[b] for b in flags.tolist()]
+                               for flags in (iv.new_phase, status == TENTATIVE, status == NO_DATA))
     return zip(iv.index.tolist(), iv.t_start_ns.tolist(), iv.t_end_ns.tolist(),
                iv.instructions.tolist(), iv.cycles.tolist(), iv.samples.tolist(),
-               distance, iv.phase.tolist(), new)
+               distance, iv.phase.tolist(), new, tentative, no_data)
 
 
 def json_lines(iv: Intervals) -> str:
@@ -128,6 +132,9 @@ class PhaseSummary(Sink):
         if iv.partial:
             self.partial = iv if len(iv) else None
             return
+        if self.phases is not None:
+            self.phases.append(iv.phase.copy())
+        iv = iv.labelled()
         if len(iv) == 0:
             return
         n_phases = int(iv.phase.max()) + 1
@@ -145,8 +152,6 @@ class PhaseSummary(Sink):
         for j in range(cols.shape[1]):      # np.add.at, several times faster
             self.sums[:n_phases, j] += np.bincount(iv.phase, cols[:, j], n_phases)
         self.total += cols.sum(axis=0)
-        if self.phases is not None:
-            self.phases.append(iv.phase.copy())
 
     @property
     def n_intervals(self) -> int:

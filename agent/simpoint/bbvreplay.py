@@ -41,11 +41,12 @@ class BbClassifier:
         for a in range(0, len(vectors), CHUNK):
             rows = vectors.counts[a:a + CHUNK]
             instr = np.asarray(rows.sum(axis=1)).ravel().astype(np.int64)
-            phase, dist, new = self.detector.feed(rows, instr)
+            phase, dist, new, status = self.detector.feed(rows, instr)
             n = len(instr)
             zeros = np.zeros(n, np.int64)
             iv = Intervals(np.arange(a, a + n, dtype=np.int64), zeros, zeros, instr, zeros,
-                           zeros, dist, phase, new, np.full(n, np.nan), np.full(n, np.nan))
+                           zeros, dist, phase, new, np.full(n, np.nan), np.full(n, np.nan),
+                           status=status)
             previous = np.concatenate([[last], phase[:-1]]).astype(np.int64)
             last = int(phase[-1]) if n else last
             driver.deliver(Classified("", iv, previous))
