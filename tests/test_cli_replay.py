@@ -54,12 +54,19 @@ def test_csv_and_converted_trace_replay_alike(example, tmp_path):
 
 
 def test_thesis_parameters_give_thesis_quality(example):
-    proc = phasewatch("replay", example / "ex.csv", "--json",
-                      "--labels", example / "ex.labels.json")
+    proc = phasewatch("replay", example / "ex.csv", "--json", "--detector", "vpf",
+                      "--threshold", "0.25", "--labels", example / "ex.labels.json")
     summary = json.loads(proc.stdout)
     assert summary["quality_cpi_cov"] < summary["run_cpi_cov"] / 10
     assert len(summary["phases"]) == 3               # compute-a and -b share a signature
     assert summary["ari"] > 0.6
+
+
+def test_the_default_detector_reads_the_ips_the_trace_has(example):
+    proc = phasewatch("replay", example / "ex.csv")
+    assert "detector vpf-ip" in proc.stdout.splitlines()[0]
+    summary = json.loads(phasewatch("replay", example / "ex.csv", "--json").stdout)
+    assert len(summary["phases"]) == 4
 
 
 def test_vpf_ip_tells_apart_phases_that_share_a_signature(example):

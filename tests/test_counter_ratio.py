@@ -35,10 +35,10 @@ def shared_code_trace():
     return concat(list(batches)), synthetic.labels(SCHEDULE), synthetic.metadata(INTERVAL)
 
 
-def phases_of(samples, meta, cpi_tolerance: float, interval=None, detector="vpf-ip"):
+def phases_of(samples, meta, cpi_tolerance: float, interval=None, detector="vpf-ip", **kw):
     params = Params(interval=interval or interval_params_of(meta),
                     histograms=histogram_params_of(meta),
-                    detector=DetectorParams(detector=detector, cpi_tolerance=cpi_tolerance))
+                    detector=DetectorParams(detector=detector, cpi_tolerance=cpi_tolerance, **kw))
     return Pipeline.for_trace(meta, params).feed(samples).phase
 
 
@@ -54,7 +54,9 @@ def test_shared_code_phases_split_by_cpi_and_merge_without_it():
 
 def test_a_wide_tolerance_merges_them_again():
     samples, _, meta = shared_code_trace()
-    assert len(np.unique(phases_of(samples, meta, 1.0))) == 1     # exp(1) > 2
+    # exp(1) > 2; the band fitted to the run's own spread (0.35 here) would split them
+    assert len(np.unique(phases_of(samples, meta, 1.0, cpi_run_share=0.0))) == 1
+    assert len(np.unique(phases_of(samples, meta, 1.0))) == 2
 
 
 def test_vpf_stays_the_theses_detector():

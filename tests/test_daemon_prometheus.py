@@ -81,9 +81,9 @@ def test_prometheus_scrapes_the_daemon_replaying_a_trace(prometheus_bin, tmp_pat
             assert {r["metric"]["job"] for r in done} == {"phasewatchd"}
             assert {r["metric"]["instance"] for r in done} == {f"127.0.0.1:{daemon_port}"}
 
-            # The schedule's four phases look like three to vpf (compute-a and
-            # compute-b differ only in code), as 'phasewatch replay' finds.
-            assert by_target(query(prom_port, "phasewatch_phases")) == {"cpu0": 3, "cpu1": 3}
+            # The schedule's four phases, as 'phasewatch replay' finds them with
+            # the default detector where IPs are sampled (vpf-ip).
+            assert by_target(query(prom_port, "phasewatch_phases")) == {"cpu0": 4, "cpu1": 4}
             shares = by_target(query(prom_port,
                                      "sum by (target) (phasewatch_phase_intervals_total)"))
             assert shares == {"cpu0": INTERVALS, "cpu1": INTERVALS}

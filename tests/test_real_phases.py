@@ -25,6 +25,9 @@ import real_workloads  # noqa: E402
 BIN = Path(sys.executable).parent / "phasewatch"
 CC1 = Path("/usr/lib/gcc/x86_64-linux-gnu/12/cc1")
 OPTIONS = ("--detector", "vpf-ip", "--interval-samples", "100")
+#: A phase needs two intervals in a row; bzip2's sections and cc1's stretches
+#: last about a tenth of a second of CPU here, so intervals of 30 samples.
+SHORT = ("--detector", "vpf-ip", "--interval-samples", "30")
 TIMEOUT = 300
 
 
@@ -40,16 +43,16 @@ pytestmark = pytest.mark.skipif(not perf_sampling_works(),
                                 reason="needs Linux perf events and the python perf bindings")
 
 
-def watch(tmp: Path, name: str, argv: list[str]) -> tuple[list[int], str]:
+def watch(tmp: Path, name: str, argv: list[str], options=OPTIONS) -> tuple[list[int], str]:
     """Phases of the complete intervals of a live run, and CMD's stderr; checks
     that replaying the recording gives the same phases."""
     trace, live, again = tmp / f"{name}.arrow", tmp / f"{name}.jsonl", tmp / f"{name}.replay.jsonl"
-    proc = subprocess.run([str(BIN), "run", *OPTIONS, "--record", trace, "--output", live,
+    proc = subprocess.run([str(BIN), "run", *options, "--record", trace, "--output", live,
                            "--", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           text=True, timeout=TIMEOUT, cwd=tmp)
     assert proc.returncode == 0, proc.stderr
     assert Path(str(trace) + ".mappings.jsonl").stat().st_size > 0
-    subprocess.run([str(BIN), "replay", trace, *OPTIONS, "--output", again],
+    subprocess.run([str(BIN), "replay", trace, *options, "--output", again],
                    check=True, capture_output=True, timeout=TIMEOUT)
     phases = [row["phase"] for row in map(json.loads, live.read_text().splitlines())]
     replayed = [row["phase"] for row in map(json.loads, again.read_text().splitlines())]
@@ -73,13 +76,13 @@ def inputs(tmp_path_factory):
 
 
 def test_bzip2_on_mixed_sections_has_phases(inputs):
-    phases, _ = watch(inputs, "bzip2", ["bzip2", "-9", "-c", "mixed.bin"])
+    phases, _ = watch(inputs, "bzip2", ["bzip2", "-9", "-c", "mixed.bin"], SHORT)
     assert_several_phases(phases)
 
 
 @pytest.mark.skipif(not CC1.exists(), reason=f"{CC1} (gcc-12) is not installed")
 def test_cc1_on_generated_source_has_phases(inputs):
-    phases, _ = watch(inputs, "cc1", [str(CC1), "-O2", "-quiet", "gen.c", "-o", "gen.s"])
+    phases, _ = watch(inputs, "cc1", [str(CC1), "-O2", "-quiet", "gen.c", "-o", "gen.s"], SHORT)
     assert_several_phases(phases)
 
 

@@ -68,7 +68,7 @@ def test_auto_takes_the_msrs_of_a_fake_tree_in_probe_and_run(fake_msr, tmp_path)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["source"] == "perf+msr"
-    assert summary["detector"] == "vpf"
+    assert summary["detector"] == "vpf-ip"      # the default where IPs are sampled
     assert "kmod" in summary["not_taken"]
 
 

@@ -115,7 +115,7 @@ def test_png_has_the_expected_size_and_is_not_blank(report_dir):
 
 def test_png_height_follows_the_rows(trace, tmp_path):
     out = tmp_path / "vpf"
-    assert phasewatch("report", trace, "--out", out).returncode == 0
+    assert phasewatch("report", trace, "--detector", "vpf", "--out", out).returncode == 0
     image = imread(out / "phases.png")
     # vpf: two heatmaps, distance, phase band; no truth
     fig = _figure_with_rows(heatmaps=2, truth=False)
@@ -219,12 +219,12 @@ def test_adaptive_threshold_history_ends_where_the_classifier_did(trace):
     pipeline = Pipeline.for_trace(meta, params)
     parts = [pipeline.feed(b) for b in source.batches()]
     iv = Intervals.join(parts)
-    history = threshold_history(iv.distance, iv.new_phase, params.detector)
+    history = threshold_history(iv.distance, iv.new_phase, params.detector, iv.statuses)
     assert history[0] == params.detector.threshold
     assert len(np.unique(history)) >= 2  # it moved
     # the last interval's threshold, moved once more if it joined, is the classifier's
     last = threshold_history(np.append(iv.distance, 0.0), np.append(iv.new_phase, True),
-                             params.detector)[-1]
+                             params.detector, np.append(iv.statuses, 0))[-1]
     assert last == pytest.approx(pipeline.threshold)
 
 

@@ -108,7 +108,7 @@ def test_run_source_msr_samples_voltage_and_pfreq_and_finds_the_two_halves(fake_
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["source"] == "perf+msr"
-    assert summary["detector"] == "vpf"                       # the default, not vpf-ip
+    assert summary["detector"] == "vpf-ip"            # the default where IPs are sampled
     assert {"perf_status", "aperf", "mperf", "pperf", "ip"} <= set(summary["signals"])
     assert "core voltage" not in summary["missing_signals"]
     assert "productive frequency" not in summary["missing_signals"]

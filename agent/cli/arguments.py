@@ -54,7 +54,7 @@ def add_detector_arguments(parser, output: bool = True, names=detectors.NAMES,
     (:func:`settings_of`); ``default`` says so in the help."""
     parser.add_argument("--detector", choices=names, default=None,
                         help="; ".join(f"{name}: {detectors.DESCRIPTIONS[name]}" for name in names)
-                             + f" (default: {default}vpf)")
+                             + f" (default: {default}vpf-ip where IPs are sampled, else vpf)")
     parser.add_argument("--threshold", type=within(LIMITS["threshold"]),
                         default=None, metavar="X",
                         help="distance in (0, 1] under which an interval joins a phase "

@@ -17,6 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..console import warn
+from ..core.classify import MATCHED, NO_DATA, TENTATIVE
 from ..core.detectors import SAMPLE_DETECTORS
 from ..core.driver import Driver
 from ..core.pipeline import Intervals, Pipeline
@@ -75,7 +76,8 @@ def run(args) -> int:
     intervals = recorder.intervals()
     if results is not None:
         intervals = drawn_from_results(args.input, results, intervals)
-    figure = recorder.figure(intervals.phase, intervals.distance, intervals.new_phase)
+    figure = recorder.figure(intervals.phase, intervals.distance, intervals.new_phase,
+                            intervals.statuses)
     if labels is not None:
         labels = check_labels(args.labels, labels, len(intervals))
         figure = with_truth(figure, labels, intervals.phase,
@@ -151,7 +153,9 @@ def drawn_from_results(path: str, results: list[dict], replayed: Intervals) -> I
     phase = np.array([r["phase"] for r in results], np.int64)
     distance = np.array([np.nan if r["distance"] is None else r["distance"] for r in results])
     new = np.array([bool(r["new_phase"]) for r in results])
-    return replace(replayed, phase=phase, distance=distance, new_phase=new)
+    status = np.array([NO_DATA if r.get("no_data") else TENTATIVE if r.get("tentative")
+                       else MATCHED for r in results], np.int8)
+    return replace(replayed, phase=phase, distance=distance, new_phase=new, status=status)
 
 
 def read_truth(path: str) -> list:

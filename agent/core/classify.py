@@ -60,9 +60,10 @@ from .params import DetectorParams
 #: by more than this: an interval at a transition that opened a phase of its
 #: own does not hold the intervals after it there.
 STAY_MARGIN = 0.05
-#: The distance of an interval to a phase whose CPI is out of tolerance: above
-#: every threshold (at most 1), so such a phase is neither stayed in nor
-#: joined, and ranked behind every phase that is in tolerance.
+#: The distance of an interval to a phase whose CPI is out of tolerance is
+#: this plus their log CPI ratio: above every threshold (at most 1), so such a
+#: phase is neither stayed in nor joined, ranked behind every phase that is in
+#: tolerance, and among such phases the nearest in CPI first.
 GATED = 2.0
 #: A phase's CPI tolerance is at least this many standard deviations of its
 #: members' log CPI: beyond 4, noise alone goes about once in 16,000 intervals.
@@ -82,12 +83,16 @@ _ID, _USED_AT, _KIND, _CPI_N, _JOINS = range(5)
 # Float slot columns: mean log CPI, the last member's, sum of squared
 # differences between successive members'.
 _LOG_CPI, _CPI_LAST, _CPI_D2 = range(3)
+#: The CPI band is fitted to the run only once this many intervals have a CPI.
+RUN_WARMUP = 8
 # Threshold state: the threshold, mean and variance of the distances of
-# joins, and joins seen.
-_THR, _MEAN, _VAR, _SEEN_D = range(4)
+# joins, and joins seen; then the count, mean and sum of squared deviations of
+# every interval's log CPI so far.
+_THR, _MEAN, _VAR, _SEEN_D, _RUN_N, _RUN_MEAN, _RUN_M2 = range(7)
 # Counters: phases opened, retired, merged; intervals classified; slots in
-# use (high-water mark); slot of the previous phase; live phases; candidates.
-_OPENED, _RETIRED, _MERGED, _SEEN, _HIGH, _PREV, _LIVE, _WAITING = range(8)
+# use (high-water mark); slot of the previous phase; live phases; candidates;
+# the id the last interval of the previous call takes after all, or -1.
+_OPENED, _RETIRED, _MERGED, _SEEN, _HIGH, _PREV, _LIVE, _WAITING, _RELABEL = range(9)
 
 
 class Decisions(NamedTuple):
@@ -116,7 +121,7 @@ class ClassifierState:
         self.slots = np.zeros((capacity, 5), np.int64)
         self.slots[:, _ID] = -1
         self.cpi = np.zeros((capacity, 3))
-        self.counters = np.zeros(8, np.int64)
+        self.counters = np.zeros(9, np.int64)
         self.counters[_PREV] = -1
         self.threshold = initial_threshold(params)
 
@@ -144,6 +149,13 @@ class ClassifierState:
         return int(self.counters[_LIVE])
 
     @property
+    def relabel(self) -> int:
+        """After :func:`classify`: the phase id that the last interval of the
+        call before takes after all (it was tentative, and opened the phase
+        this call confirmed first thing), or -1."""
+        return int(self.counters[_RELABEL])
+
+    @property
     def ids(self) -> np.ndarray:
         """The phase id of each slot in use; -1 for a candidate or a free slot."""
         high = int(self.counters[_HIGH])
@@ -167,14 +179,15 @@ def detector_settings(p: DetectorParams) -> np.ndarray:
     return np.array([1.0 if p.adaptive else 0.0, p.adaptive_z, p.adaptive_alpha,
                      p.adaptive_min, p.adaptive_max, float(p.adaptive_warmup),
                      float(p.max_phases), float(p.memory), 1.0 if p.probation else 0.0,
-                     p.merge_share])
+                     p.merge_share, p.cpi_run_share, p.cpi_floor])
 
 
-_ADAPTIVE, _Z, _ALPHA, _MIN, _MAX, _WARMUP, _MAX_PHASES, _MEMORY, _PROBATION, _MERGE = range(10)
+(_ADAPTIVE, _Z, _ALPHA, _MIN, _MAX, _WARMUP, _MAX_PHASES, _MEMORY, _PROBATION, _MERGE,
+ _RUN_SHARE, _FLOOR) = range(12)
 
 
 def initial_threshold(p: DetectorParams) -> np.ndarray:
-    return np.array([p.threshold, 0.0, 0.0, 0.0])
+    return np.array([p.threshold, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
 
 
 def interval_log_cpi(instructions: np.ndarray, cycles: np.ndarray) -> np.ndarray:
@@ -202,6 +215,7 @@ def classify(profiles: np.ndarray, counts: np.ndarray, bounds: np.ndarray,
                     np.empty(n, np.int8))
     settings = detector_settings(state.params)
     log_cpi = np.ascontiguousarray(log_cpi, np.float64)
+    state.counters[_RELABEL] = -1
     done = 0
     while done < n:
         done = _classify_kernel(profiles, counts, bounds, kinds, used, done, settings,
@@ -255,7 +269,7 @@ def cpi_out_of_tolerance(x_log_cpi, slot_i, slot_f, tolerance):
 def _distance(x, x_counts, p, centroids, members, slots, cpi, bounds, kinds, used,
               x_log_cpi, tol):
     if cpi_out_of_tolerance(x_log_cpi, slots[p], cpi[p], tol):
-        return GATED
+        return GATED + abs(x_log_cpi - cpi[p, _LOG_CPI])
     return profile_distance(x, x_counts, centroids[p], members[p], bounds, kinds, used)
 
 
@@ -368,6 +382,32 @@ def _make_room_for_phase(settings, centroids, members, mean_samples, slots, cpi,
 
 
 @kernel(cache=True, nogil=True)
+def _swap(a, b, centroids, members, mean_samples, slots, cpi):
+    for arr in (centroids, mean_samples, cpi):
+        for j in range(arr.shape[1]):
+            arr[a, j], arr[b, j] = arr[b, j], arr[a, j]
+    for arr in (members, slots):
+        for j in range(arr.shape[1]):
+            arr[a, j], arr[b, j] = arr[b, j], arr[a, j]
+
+
+@kernel(cache=True, nogil=True)
+def _low_slot(slot, max_phases, centroids, members, mean_samples, slots, cpi, counters):
+    """Phases keep to the first ``max_phases`` slots (the daemon's ids are
+    slots): a candidate in a slot beyond them changes places with the first
+    slot there that holds no phase.  Returns the phase's slot."""
+    if slot < max_phases:
+        return slot
+    for p in range(max_phases):
+        if slots[p, _KIND] != PHASE:
+            _swap(p, slot, centroids, members, mean_samples, slots, cpi)
+            if counters[_PREV] == slot:
+                counters[_PREV] = p
+            return p
+    return slot
+
+
+@kernel(cache=True, nogil=True)
 def _promote(slot, slots, counters):
     """``slot`` becomes a phase with the next id."""
     slots[slot, _KIND] = PHASE
@@ -419,8 +459,57 @@ def _twin(slot, threshold, settings, centroids, members, mean_samples, slots, cp
 
 
 @kernel(cache=True, nogil=True)
+def run_tolerance(tolerance, thr, settings):
+    """The CPI tolerance fitted to the run: at most ``cpi_run_share`` of the
+    standard deviation of every interval's log CPI so far, at least
+    ``cpi_floor``; a run whose CPI hardly varies is still cut by it."""
+    if tolerance <= 0.0 or thr[_RUN_N] < RUN_WARMUP or settings[_RUN_SHARE] <= 0.0:
+        return tolerance
+    spread = settings[_RUN_SHARE] * np.sqrt(thr[_RUN_M2] / thr[_RUN_N])
+    return min(tolerance, max(spread, settings[_FLOOR]))
+
+
+@kernel(cache=True, nogil=True)
+def _run_cpi(thr, x_log_cpi):
+    if x_log_cpi == x_log_cpi:
+        thr[_RUN_N] += 1
+        delta = x_log_cpi - thr[_RUN_MEAN]
+        thr[_RUN_MEAN] += delta / thr[_RUN_N]
+        thr[_RUN_M2] += delta * (x_log_cpi - thr[_RUN_MEAN])
+
+
+@kernel(cache=True, nogil=True)
+def _fresh_candidate(slots, high, counters):
+    """The candidate the last interval with data opened or joined; -1 if none."""
+    for p in range(high):
+        if slots[p, _KIND] == CANDIDATE and slots[p, _USED_AT] == counters[_SEEN]:
+            return p
+    return -1
+
+
+@kernel(cache=True, nogil=True)
+def _first_was_alone(prev, slots, counters):
+    """The run's first phase holds only the interval just before, which this
+    one does not fit: the first interval was a start-up transient."""
+    return (prev >= 0 and counters[_OPENED] == 1 and slots[prev, _JOINS] == 1
+            and slots[prev, _USED_AT] == counters[_SEEN])
+
+
+@kernel(cache=True, nogil=True)
+def _reseed(slot, centroids, members, mean_samples, slots, cpi):
+    """Empty a phase's centroid, keeping its id: the first phase takes the
+    profile of the interval after a start-up transient (which keeps its label)."""
+    centroids[slot, :] = 0.0
+    members[slot, :] = 0
+    mean_samples[slot, :] = 0.0
+    cpi[slot, :] = 0.0
+    slots[slot, _CPI_N] = 0
+    slots[slot, _JOINS] = 0
+
+
+@kernel(cache=True, nogil=True)
 def _classify_kernel(profiles, counts, bounds, kinds, used, start, settings, centroids,
-                     members, mean_samples, slots, cpi, counters, thr, log_cpi, tol,
+                     members, mean_samples, slots, cpi, counters, thr, log_cpi, tolerance,
                      o_phase, o_dist, o_new, o_status):
     """Classify from ``start`` on; return the index reached (short of the end
     only when the slot table must grow)."""
@@ -430,6 +519,7 @@ def _classify_kernel(profiles, counts, bounds, kinds, used, start, settings, cen
     for i in range(start, n):
         x, xp, lx = profiles[i], counts[i], log_cpi[i]
         prev = counters[_PREV]
+        tol = run_tolerance(tolerance, thr, settings)
         if not has_data(xp, used):
             o_phase[i] = slots[prev, _ID] if prev >= 0 else -1
             o_dist[i], o_new[i], o_status[i] = np.nan, False, NO_DATA
@@ -451,14 +541,31 @@ def _classify_kernel(profiles, counts, bounds, kinds, used, start, settings, cen
             d = d_near
             if d_near <= thr[_THR]:
                 chosen = nearest
-        status, new, joined, promote = MATCHED, False, False, True
+        status, new, joined, promote, adjacent = MATCHED, False, False, True, False
+        # the candidate the interval just before opened wins where it is nearer than any phase
+        fresh = _fresh_candidate(slots, high, counters) if settings[_PROBATION] > 0.0 else -1
+        d_fresh = np.inf
+        if fresh >= 0:
+            d_fresh = _distance(x, xp, fresh, centroids, members, slots, cpi, bounds, kinds,
+                                used, lx, tol)
+            if d_fresh <= thr[_THR] and d_fresh < (d if chosen >= 0 else d_near):
+                chosen = -1
+            else:
+                fresh = -1
+        if (chosen < 0 and fresh < 0 and settings[_PROBATION] > 0.0
+                and _first_was_alone(prev, slots, counters)):
+            _reseed(prev, centroids, members, mean_samples, slots, cpi)
+            chosen = prev
         if chosen < 0:
             candidate, d_candidate = -1, np.inf
-            probation = settings[_PROBATION] > 0.0 and nearest >= 0
-            if probation:
+            probation = settings[_PROBATION] > 0.0 and (nearest >= 0 or fresh >= 0)
+            if fresh >= 0:
+                candidate, d_candidate = fresh, d_fresh
+            elif probation:
                 candidate, d_candidate = _nearest(x, xp, CANDIDATE, centroids, members, slots,
                                                   cpi, high, bounds, kinds, used, lx, tol)
-            if probation and d_candidate <= thr[_THR]:
+            adjacent = candidate >= 0 and slots[candidate, _USED_AT] == counters[_SEEN]
+            if probation and d_candidate <= thr[_THR] and adjacent:
                 counters[_WAITING] -= 1
                 _join_segments(x, xp, centroids[candidate], members[candidate],
                                mean_samples[candidate], bounds, memory)
@@ -477,7 +584,9 @@ def _classify_kernel(profiles, counts, bounds, kinds, used, start, settings, cen
                     _make_room_for_phase(settings, centroids, members, mean_samples, slots,
                                          cpi, counters)
             elif probation:
-                if counters[_WAITING] >= CANDIDATES:
+                if d_candidate <= thr[_THR]:    # seen before, but not just before: wait on
+                    slot = candidate
+                elif counters[_WAITING] >= CANDIDATES:
                     slot = _oldest(slots, high, CANDIDATE)
                     _clear(slot, centroids, members, mean_samples, slots, cpi)
                 else:
@@ -494,6 +603,7 @@ def _classify_kernel(profiles, counts, bounds, kinds, used, start, settings, cen
                 o_phase[i] = slots[nearest, _ID]
                 o_dist[i] = min(d_near, 1.0)
                 o_new[i], o_status[i] = False, TENTATIVE
+                _run_cpi(thr, lx)
                 continue
             else:
                 _make_room_for_phase(settings, centroids, members, mean_samples, slots, cpi,
@@ -502,8 +612,21 @@ def _classify_kernel(profiles, counts, bounds, kinds, used, start, settings, cen
                 if chosen < 0:
                     return i
             if promote:
+                chosen = _low_slot(chosen, int(settings[_MAX_PHASES]), centroids, members,
+                                   mean_samples, slots, cpi, counters)
                 _promote(chosen, slots, counters)
                 new = True
+                # the interval that opened the candidate, just before, joins the phase
+                if adjacent and i > 0 and o_status[i - 1] == TENTATIVE:
+                    o_phase[i - 1], o_new[i - 1], o_status[i - 1] = slots[chosen, _ID], True, MATCHED
+                    new = False
+                elif adjacent and i == 0:
+                    counters[_RELABEL] = slots[chosen, _ID]
+                    new = False
+            if joined and not new:      # it joined the candidate: its distance is to that
+                d = d_candidate
+                if settings[_ADAPTIVE] > 0.0:
+                    _adapt(thr, d, settings)
         elif settings[_ADAPTIVE] > 0.0:
             _adapt(thr, d, settings)
         if not joined:
@@ -528,6 +651,7 @@ def _classify_kernel(profiles, counts, bounds, kinds, used, start, settings, cen
         counters[_PREV] = chosen
         counters[_SEEN] += 1
         slots[chosen, _USED_AT] = counters[_SEEN]
+        _run_cpi(thr, lx)
     return n
 
 
@@ -544,13 +668,29 @@ def classify_reference(profiles, counts, bounds, kinds, used, params: DetectorPa
     thr = {"value": params.threshold, "mean": 0.0, "var": 0.0, "seen": 0}
     state = {"opened": 0, "seen": 0, "prev": -1}
 
+    run = {"n": 0, "mean": 0.0, "m2": 0.0, "tol": cpi_tolerance}
+
+    def fit_tolerance():
+        run["tol"] = cpi_tolerance
+        if cpi_tolerance > 0 and run["n"] >= RUN_WARMUP and params.cpi_run_share > 0:
+            spread = params.cpi_run_share * np.sqrt(run["m2"] / run["n"])
+            run["tol"] = min(cpi_tolerance, max(spread, params.cpi_floor))
+
+    def add_run(lx):
+        if not np.isnan(lx):
+            run["n"] += 1
+            delta = lx - run["mean"]
+            run["mean"] += delta / run["n"]
+            run["m2"] += delta * (lx - run["mean"])
+
     def band(sl):
+        cpi_tolerance = run["tol"]
         if sl["cpi_n"] < 2:
             return cpi_tolerance
         return max(cpi_tolerance, CPI_NOISE_Z * np.sqrt(sl["cpi_d2"] / (2.0 * (sl["cpi_n"] - 1))))
 
     def gated(lx, sl):
-        return (cpi_tolerance > 0 and not np.isnan(lx) and sl["cpi_n"] > 0
+        return (run["tol"] > 0 and not np.isnan(lx) and sl["cpi_n"] > 0
                 and abs(lx - sl["log_cpi"]) > band(sl))
 
     def profile_distance(x, xp, c, cm):
@@ -560,7 +700,9 @@ def classify_reference(profiles, counts, bounds, kinds, used, params: DetectorPa
         return max(ds) if ds else 1.0
 
     def distance(x, xp, lx, sl):
-        return GATED if gated(lx, sl) else profile_distance(x, xp, sl["centroid"], sl["members"])
+        if gated(lx, sl):
+            return GATED + abs(lx - sl["log_cpi"])
+        return profile_distance(x, xp, sl["centroid"], sl["members"])
 
     def nearest(x, xp, lx, kind):
         ds = [(distance(x, xp, lx, sl), p) for p, sl in enumerate(slots) if sl["kind"] == kind]
@@ -625,7 +767,7 @@ def classify_reference(profiles, counts, bounds, kinds, used, params: DetectorPa
         for p, other in enumerate(slots):
             if p == c or other["kind"] != PHASE:
                 continue
-            if cpi_tolerance > 0 and sl["cpi_n"] > 0 and (
+            if run["tol"] > 0 and sl["cpi_n"] > 0 and (
                     gated(sl["log_cpi"], other) or gated(other["log_cpi"], sl)):
                 continue
             if profile_distance(sl["centroid"], n, other["centroid"],
@@ -659,6 +801,7 @@ def classify_reference(profiles, counts, bounds, kinds, used, params: DetectorPa
                     np.empty(len(profiles), np.bool_), np.empty(len(profiles), np.int8))
     for i, (x, xp, lx) in enumerate(zip(profiles, counts, log_cpi)):
         prev = state["prev"]
+        fit_tolerance()
         if not any(used[s] and xp[s] > 0 for s in range(n_seg)):
             out.phase[i] = slots[prev]["id"] if prev >= 0 else -1
             out.distance[i], out.new_phase[i], out.status[i] = np.nan, False, NO_DATA
@@ -674,10 +817,29 @@ def classify_reference(profiles, counts, bounds, kinds, used, params: DetectorPa
             if d_near <= thr["value"]:
                 chosen = near
         new, joined, promote = False, False, True
+        fresh = next((p for p, sl in enumerate(slots) if sl["kind"] == CANDIDATE
+                      and sl["used_at"] == state["seen"]), -1) if params.probation else -1
+        d_fresh = np.inf
+        if fresh >= 0:
+            d_fresh = distance(x, xp, lx, slots[fresh])
+            if d_fresh <= thr["value"] and d_fresh < (d if chosen >= 0 else d_near):
+                chosen = -1
+            else:
+                fresh = -1
+        if (chosen < 0 and fresh < 0 and params.probation and prev >= 0 and state["opened"] == 1
+                and slots[prev]["joins"] == 1 and slots[prev]["used_at"] == state["seen"]):
+            kept = slots[prev]
+            slots[prev] = empty_slot()
+            slots[prev].update(kind=PHASE, id=kept["id"], used_at=kept["used_at"])
+            chosen = prev
         if chosen < 0:
-            probation = params.probation and near >= 0
-            cand, d_cand = nearest(x, xp, lx, CANDIDATE) if probation else (-1, np.inf)
-            if probation and d_cand <= thr["value"]:
+            probation = params.probation and (near >= 0 or fresh >= 0)
+            if fresh >= 0:
+                cand, d_cand = fresh, d_fresh
+            else:
+                cand, d_cand = nearest(x, xp, lx, CANDIDATE) if probation else (-1, np.inf)
+            adjacent = cand >= 0 and slots[cand]["used_at"] == state["seen"]
+            if probation and d_cand <= thr["value"] and adjacent:
                 join(x, xp, lx, slots[cand])
                 slots[cand]["joins"] += 1
                 joined = True
@@ -690,7 +852,9 @@ def classify_reference(profiles, counts, bounds, kinds, used, params: DetectorPa
                     chosen = cand
                     make_room()
             elif probation:
-                if sum(sl["kind"] == CANDIDATE for sl in slots) >= CANDIDATES:
+                if d_cand <= thr["value"]:
+                    slot = cand
+                elif sum(sl["kind"] == CANDIDATE for sl in slots) >= CANDIDATES:
                     slot = oldest(CANDIDATE)
                     slots[slot] = empty_slot()
                 else:
@@ -701,14 +865,31 @@ def classify_reference(profiles, counts, bounds, kinds, used, params: DetectorPa
                 join(x, xp, lx, slots[slot])
                 out.phase[i], out.distance[i] = slots[near]["id"], min(d_near, 1.0)
                 out.new_phase[i], out.status[i] = False, TENTATIVE
+                add_run(lx)
                 continue
             else:
                 make_room()
                 chosen = free_slot()
             if promote:
+                if chosen >= params.max_phases:
+                    low = next((p for p in range(params.max_phases) if slots[p]["kind"] != PHASE),
+                               None)
+                    if low is not None:
+                        slots[low], slots[chosen] = slots[chosen], slots[low]
+                        if state["prev"] == chosen:
+                            state["prev"] = low
+                        chosen = low
                 slots[chosen]["kind"], slots[chosen]["id"] = PHASE, state["opened"]
                 state["opened"] += 1
                 new = True
+                if adjacent and i > 0 and out.status[i - 1] == TENTATIVE:
+                    out.phase[i - 1], out.new_phase[i - 1] = slots[chosen]["id"], True
+                    out.status[i - 1] = MATCHED
+                    new = False
+            if joined and not new:
+                d = d_cand
+                if params.adaptive:
+                    adapt(d)
         elif params.adaptive:
             adapt(d)
         sl = slots[chosen]
@@ -730,6 +911,7 @@ def classify_reference(profiles, counts, bounds, kinds, used, params: DetectorPa
         state["prev"] = chosen
         state["seen"] += 1
         slots[chosen]["used_at"] = state["seen"]
+        add_run(lx)
     return out
 
 

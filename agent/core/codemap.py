@@ -85,14 +85,16 @@ class CodeMap:
                    np.array([until[i] for i in order], np.int64), False)
 
     def bins(self, ips: np.ndarray, t_ns: np.ndarray, region_bits: int, nbins: int,
-             out: np.ndarray) -> None:
+             out: np.ndarray, unmapped: bool = True) -> None:
+        """Each IP's entry; one in no mapping by its address (``unmapped``) or -1."""
         code_bins(ips, t_ns, self.starts, self.ends, self.reach, self.base, self.keys,
-                  self.since, self.until, self.whole_space, region_bits, nbins, out)
+                  self.since, self.until, self.whole_space, unmapped, region_bits, nbins, out)
 
     def unknown(self, ips: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
         """Which user-space IPs (not 0, not MISSING) fall in no mapping."""
         out = np.empty(len(ips), np.int32)
-        self.bins(np.ascontiguousarray(ips), np.ascontiguousarray(t_ns), 0, 1, out)
+        self.bins(np.ascontiguousarray(ips), np.ascontiguousarray(t_ns), 0, 1, out,
+                  unmapped=False)
         ips = np.asarray(ips)
         return (out < 0) & (ips != 0) & (ips != MISSING) & (ips < KERNEL_START)
 
@@ -164,8 +166,10 @@ def _find(ip, t, starts, ends, reach, since, until):
 
 @kernel(cache=True, nogil=True)
 def code_bins(ips, t_ns, starts, ends, reach, base, keys, since, until, whole_space,
-              region_bits, nbins, out):
-    """Entry of each IP's (object, region) in ``nbins`` entries; -1 if unknown."""
+              unmapped, region_bits, nbins, out):
+    """Entry of each IP's (object, region) in ``nbins`` entries; an IP in no
+    mapping (a child's, before its mappings are read) by its address where
+    ``unmapped``, else -1; no IP, -1."""
     shift = np.uint64(region_bits)
     n_bins = np.uint64(nbins)
     for i in range(len(ips)):
@@ -179,10 +183,13 @@ def code_bins(ips, t_ns, starts, ends, reach, base, keys, since, until, whole_sp
             key, offset = WHOLE_SPACE_KEY, ip
         else:
             j = _find(ip, t_ns[i], starts, ends, reach, since, until)
-            if j < 0:
+            if j >= 0:
+                key, offset = keys[j], ip - starts[j] + base[j]
+            elif unmapped:
+                key, offset = WHOLE_SPACE_KEY, ip
+            else:
                 out[i] = -1
                 continue
-            key, offset = keys[j], ip - starts[j] + base[j]
         out[i] = np.int32(_mix(key ^ _mix(offset >> shift)) % n_bins)
 
 
@@ -214,6 +221,8 @@ def code_bins_reference(ips, t_ns, mappings: list[dict] | None, region_bits: int
             key[inside] = table.keys[j]
             offset[inside] = ips[inside] - table.starts[j] + table.base[j]
             known |= inside
+        left = user & ~known
+        key[left], offset[left], known[left] = WHOLE_SPACE_KEY, ips[left], True
     kernel = (ips >= KERNEL_START) & (ips != MISSING)
     key[kernel], offset[kernel], known[kernel] = KERNEL_KEY, ips[kernel] - KERNEL_START, True
     entry = (_mix_reference(key ^ _mix_reference(offset >> np.uint64(region_bits)))

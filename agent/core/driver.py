@@ -74,9 +74,19 @@ class Streams:
                 out.append(self._classified(name, pipeline, intervals))
         return out
 
-    def finish(self) -> list[Classified]:
-        """Each stream's trailing partial interval (phase -1), if it has samples."""
+    def flush(self) -> list[Classified]:
+        """Each stream's interval held for a decision, as it stands."""
         out = []
+        for name, pipeline in self.pipelines.items():
+            held = pipeline.flush()
+            if len(held):
+                out.append(self._classified(name, pipeline, held))
+        return out
+
+    def finish(self) -> list[Classified]:
+        """Each stream's interval held for a decision, then its trailing
+        partial interval (phase -1), if it has samples."""
+        out = self.flush()
         for name, pipeline in self.pipelines.items():
             tail = pipeline.finish()
             if len(tail):
@@ -134,9 +144,18 @@ class Driver:
         for batch in batches:
             self.take(batch)
 
+    def flush(self) -> list[Classified]:
+        """Hand on the intervals held for a decision: the source has ended."""
+        held = self.streams.flush()
+        for c in held:
+            self.deliver(c)
+        for sink in self.sinks:
+            sink.ended()
+        return held
+
     def finish(self) -> list[Classified]:
-        """Hand the streams' trailing partial intervals on (phase -1, for
-        the summaries; outputs leave them out)."""
+        """Hand the streams' held intervals and trailing partial intervals on
+        (phase -1, for the summaries; outputs leave them out)."""
         tails = self.streams.finish()
         for c in tails:
             self.deliver(c)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .batch import KERNEL_START, SampleBatch
-from .classify import ClassifierState, classify, interval_log_cpi
+from .classify import MATCHED, TENTATIVE, ClassifierState, classify, interval_log_cpi
 from .codemap import CodeMap
 from .cpumodels import FALLBACK_BASE_HZ
 from .decode import COUNTERS, PROFILE_COUNTERS, DecoderState, decode
@@ -64,6 +64,13 @@ class Intervals:
     def empty(cls) -> "Intervals":
         z, f = np.zeros(0, np.int64), np.zeros(0)
         return cls(z, z, z, z, z, z, f, z, np.zeros(0, np.bool_), f, f)
+
+    def slice(self, a: int, b: int) -> "Intervals":
+        columns = {name: getattr(self, name)[a:b] for name in _COLUMNS}
+        extra = {name: getattr(self, name)[a:b] for name in ("profiles", "segment_samples",
+                                                             "status")
+                 if getattr(self, name) is not None}
+        return Intervals(**columns, partial=self.partial, **extra)
 
     def labelled(self) -> "Intervals":
         """The intervals that have a phase: all but those without data before
@@ -119,6 +126,7 @@ class Pipeline:
         self.accumulator = IntervalAccumulator(params.interval, params.histograms)
         self.layout: Layout = self.accumulator.layout
         self.classifier = ClassifierState(self.layout.width, len(SEGMENTS), params.detector)
+        self.held: Intervals | None = None   # a tentative interval awaiting the next
         self.used = used_mask(params.detector.detector)
         self.cpi_tolerance = (params.detector.cpi_tolerance
                               if params.detector.detector in USES_CPI else 0.0)
@@ -221,7 +229,30 @@ class Pipeline:
             # the block is the accumulator's scratch space, reused by the next batch
             intervals.profiles = block.profiles.copy()
             intervals.segment_samples = block.segment_samples.copy()
+        return self._hold_tentative(intervals)
+
+    def _hold_tentative(self, intervals: Intervals) -> Intervals:
+        """Intervals whose phase is settled.  A tentative last interval waits
+        for the next one, which may confirm the phase it opened; the one held
+        from the batch before comes first, with the phase it took."""
+        held, self.held = self.held, None
+        if held is not None and len(intervals):
+            if self.classifier.relabel >= 0:
+                held.phase[:] = self.classifier.relabel
+                held.new_phase[:] = True
+                held.status[:] = MATCHED
+            intervals = Intervals.join([held, intervals])
+        elif held is not None:
+            self.held = held
+        if len(intervals) and intervals.statuses[-1] == TENTATIVE:
+            self.held = intervals.slice(len(intervals) - 1, len(intervals))
+            intervals = intervals.slice(0, len(intervals) - 1)
         return intervals
+
+    def flush(self) -> Intervals:
+        """The interval held for the next decision, as it stands: at the end of a stream."""
+        held, self.held = self.held, None
+        return held if held is not None else Intervals.empty()
 
     def _intervals(self, block: IntervalBlock, phase, dist, new, partial=False) -> Intervals:
         n = len(block)

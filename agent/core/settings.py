@@ -95,10 +95,11 @@ def interval_of(name: str, value) -> IntervalParams:
 
 @dataclass(frozen=True)
 class DetectionSettings:
-    """What the user chose of detection.  ``interval`` None: the stream's own
-    (a trace's recorded interval), else the default."""
+    """What the user chose of detection.  ``detector`` None: the best the
+    stream's signals allow (:func:`best_detector`).  ``interval`` None: the
+    stream's own (a trace's recorded interval), else the default."""
 
-    detector: str = "vpf"
+    detector: str | None = None
     threshold: float = DEFAULT_THRESHOLD
     adaptive: bool = False
     cpi_tolerance: float = DEFAULT_CPI_TOLERANCE
@@ -106,7 +107,7 @@ class DetectionSettings:
     max_phases: int = DEFAULT_MAX_PHASES
 
     def __post_init__(self):
-        if self.detector not in detectors.NAMES:
+        if self.detector is not None and self.detector not in detectors.NAMES:
             raise UserError(f"unknown detector {self.detector!r}: choose one of "
                             f"{', '.join(detectors.NAMES)}")
         for name in ("threshold", "cpi_tolerance", "max_phases"):
@@ -151,7 +152,7 @@ class DetectionSettings:
         return {name: getattr(self, name) for name in RECORDED}
 
     def detector_params(self) -> DetectorParams:
-        return DetectorParams(detector=self.detector, threshold=self.threshold,
+        return DetectorParams(detector=self.detector or "vpf", threshold=self.threshold,
                               adaptive=self.adaptive, max_phases=self.max_phases,
                               cpi_tolerance=self.cpi_tolerance)
 
@@ -168,7 +169,10 @@ class DetectionSettings:
         instructions are not counted), and, with ``fall_back``, ``vpf``
         giving way to ``vpf-ip`` where only IPs are sampled.  An error if the
         detector can use none of the signals."""
-        detector = choose_detector(self.detector, signals, warn) if fall_back else self.detector
+        if self.detector is None:
+            detector = best_detector(signals)
+        else:
+            detector = choose_detector(self.detector, signals, warn) if fall_back else self.detector
         detectors.check_signals(detector, signals)
         interval = self.interval or default_interval
         if interval.kind == "instructions" and "instructions" not in signals:
@@ -179,9 +183,19 @@ class DetectionSettings:
         return replace(self, detector=detector, interval=interval)
 
 
-def choose_detector(requested: str, signals, warn) -> str:
+def best_detector(signals) -> str:
+    """The detector where none is chosen: ``vpf-ip`` wherever IPs are sampled
+    (it scores best on the held-out programs, docs/detection.md), else ``vpf``."""
+    return "vpf-ip" if detectors.usable_segments("vpf-ip", signals) and "ip" in set(signals) \
+        else "vpf"
+
+
+def choose_detector(requested: str | None, signals, warn) -> str:
     """``vpf`` gives way to ``vpf-ip`` where the host has neither voltage nor
-    productive frequency but IP samples (a virtual machine)."""
+    productive frequency but IP samples (a virtual machine); none chosen, the
+    best the signals allow."""
+    if requested is None:
+        return best_detector(signals)
     if (requested == "vpf" and not detectors.usable_segments("vpf", signals)
             and detectors.usable_segments("vpf-ip", signals)):
         warn("no core voltage or productive frequency on this host (no MSR access): "

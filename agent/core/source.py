@@ -97,5 +97,9 @@ class Sink:
     def classified(self, c: Classified) -> None:
         """The intervals a batch completed in one stream, classified."""
 
+    def ended(self) -> None:
+        """The source has ended: no interval will follow (a sink that serves
+        on, as the daemon's do, settles what waited for more)."""
+
     def close(self, complete: bool = True) -> None:
         """The end: everything has been handed over (``complete``), or an error came."""

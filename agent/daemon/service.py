@@ -180,6 +180,8 @@ class Daemon:
             self._last_tick = now
             for w in self.workers:
                 w.tick()
+            if self.energy is not None:     # windows that no interval will close
+                self.energy.settle()
             self._drop_finished()
         if now - self._last_scan >= self.config.rescan_seconds:
             self._last_scan = now

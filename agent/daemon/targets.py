@@ -39,14 +39,14 @@ DEFAULT_GRACE_S = 300.0
 
 def live_phases(pipeline: Pipeline) -> int:
     """Phases the target's classifier keeps now (retired ones not counted)."""
-    return int(pipeline.classifier.count[0])
+    return pipeline.classifier.live
 
 
 def slots_of(classifier, phase_ids: np.ndarray) -> np.ndarray:
     """The classifier's slot of each phase id.  A phase retired within the
     same batch has lost its slot already: its id modulo ``max_phases`` stands
     in (still within the bound)."""
-    live = classifier.ids[:int(classifier.count[0])]
+    live = classifier.ids
     order = np.argsort(live)
     at = np.searchsorted(live[order], phase_ids).clip(0, max(len(live) - 1, 0))
     found = (live[order][at] == phase_ids) if len(live) else np.zeros(len(phase_ids), bool)

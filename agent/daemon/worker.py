@@ -119,6 +119,8 @@ class Worker:
     def _run(self) -> None:
         try:
             self.live.run()
+            if not self.live.stopped:   # the source ended: what waited for a decision is final
+                self.live.driver.flush()
         except BaseException as exc:   # reported by the main thread
             self.error = exc
         finally:

@@ -37,6 +37,8 @@ if TYPE_CHECKING:  # the meter starts before the command does, ahead of numba
     from ..core.pipeline import Intervals
 
 POLL_S = 0.5
+#: What a target whose source ended has known about: all time to come.
+ENDED = 2**62
 #: Readings kept: ten minutes at POLL_S; intervals are settled long before.
 KEEP_READINGS = 1_200
 #: Instructions per "per 100M instructions" figure.
@@ -201,6 +203,15 @@ class PhaseEnergy(Sink):
             for target, state in self._targets.items():
                 self._split_windows(target, state, t, uj, final)
 
+    def end(self, targets) -> None:
+        """These targets' sources ended: their last windows are split as the
+        readings after them come (:meth:`settle`, which the daemon's tick calls)."""
+        with self._lock:
+            for target in targets:
+                if target in self._targets:
+                    self._targets[target].known_until = ENDED
+        self.settle()
+
     def finish(self) -> None:
         """Stop the meter (a last reading) and settle every interval; once."""
         if self._finished:
@@ -303,6 +314,11 @@ class PhaseEnergy(Sink):
 class _BoundEnergy(Sink):
     def __init__(self, energy: PhaseEnergy, clock_ns):
         self.energy, self.clock_ns = energy, clock_ns
+        self.streams: set[str] = set()
 
     def classified(self, c: Classified) -> None:
+        self.streams.add(c.stream)
         self.energy.write(c.intervals, c.stream, self.clock_ns)
+
+    def ended(self) -> None:
+        self.energy.end(self.streams)

@@ -149,15 +149,15 @@ class FigureRecorder(Sink):
         """Every complete interval seen, as one set of columns."""
         return Intervals.join(self._scalars)
 
-    def figure(self, phase: np.ndarray, distance: np.ndarray,
-               new_phase: np.ndarray) -> PhaseFigure:
+    def figure(self, phase: np.ndarray, distance: np.ndarray, new_phase: np.ndarray,
+               status: np.ndarray | None = None) -> PhaseFigure:
         """The figure, with the phase, distance and decision of each interval:
         the pipeline's own, or a recorded run's results drawn over its trace."""
         n = self.n_intervals
         if n == 0:
             raise ValueError("no complete interval")
         t_start = self.intervals().t_start_ns
-        threshold = threshold_history(distance, new_phase, self.params.detector)
+        threshold = threshold_history(distance, new_phase, self.params.detector, status)
         per = self._profiles.per
         starts = np.arange(0, n, per)
         return PhaseFigure(

@@ -76,7 +76,7 @@ class ReportFolder(Sink):
             self.warn(f"no report in {self.out_dir}: the run ended before its first interval did")
             return
         iv = self.recorder.intervals()
-        figure = self.recorder.figure(iv.phase, iv.distance, iv.new_phase)
+        figure = self.recorder.figure(iv.phase, iv.distance, iv.new_phase, iv.statuses)
         title, notes = self.describe()
         try:
             write_report(self.out_dir, figure, title, notes, phase_rows(iv, self.functions))
