@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from groundtruth_workloads import WORKLOADS, Workload, available, write_input
+from groundtruth_workloads import BY_NAME, WORKLOADS, Workload, available, write_input
 
 #: callgrind dumps every this many basic blocks (~10M instructions): the CPI
 #: model of an interval is pieced together from the dumps it overlaps.
@@ -25,14 +25,16 @@ def paths(workdir: str, w: Workload) -> dict[str, str]:
 
 
 def argv(w: Workload, p: dict[str, str]) -> list[str]:
-    return [a.format(input=p["input"], out=p["out"]) for a in w.argv]
+    return [a.replace("{input}", p["input"]).replace("{out}", p["out"]).replace("{dir}", p["dir"])
+            for a in w.argv]
 
 
 def build(w: Workload, workdir: str, interval: int, callgrind: bool = True) -> dict[str, str]:
     p = paths(workdir, w)
     os.makedirs(p["dir"], exist_ok=True)
     if not os.path.exists(p["input"]):
-        write_input(w, p["input"], w.scale)
+        write_input(w, p["input"] + ".tmp")
+        os.replace(p["input"] + ".tmp", p["input"])
     if not os.path.exists(p["bb"]):
         run(["valgrind", "--tool=exp-bbv", f"--interval-size={interval}",
              f"--bb-out-file={p['bb']}.tmp", f"--pc-out-file={p['pc']}",
@@ -58,13 +60,27 @@ def run(cmd: list[str]) -> None:
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
+def main() -> int:
+    """groundtruth_build.py WORKDIR [--bbv-only] [NAME ...]: the valgrind runs
+    of the workloads named (default: all), one after another."""
+    args = sys.argv[1:]
+    bbv_only = "--bbv-only" in args
+    args = [a for a in args if a != "--bbv-only"]
+    workdir, names = args[0], args[1:] or [w.name for w in WORKLOADS]
+    failed = 0
+    for name in names:
+        w = BY_NAME[name]
+        why = available(w)
+        if why:
+            print(f"skipping {w.name}: {why}", file=sys.stderr)
+            continue
+        try:
+            build(w, workdir, 100_000_000, callgrind=not bbv_only)
+        except subprocess.CalledProcessError as e:
+            print(f"{w.name} failed: {e}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
+
+
 if __name__ == "__main__":
-    workdir = sys.argv[1]
-    names = sys.argv[2:] or [w.name for w in WORKLOADS]
-    for w in WORKLOADS:
-        if w.name in names:
-            why = available(w)
-            if why:
-                print(f"skipping {w.name}: {why}", file=sys.stderr)
-                continue
-            build(w, workdir, 100_000_000)
+    sys.exit(main())
