@@ -285,7 +285,12 @@ def with_reference(prep: dict, w, p: dict, simpoint_bin: str | None) -> dict:
     """The reference labels: SimPoint 3.2's binary's when one is given."""
     prep["reference"] = "SimPoint method (scikit-learn)"
     if simpoint_bin:
+        from sklearn.metrics import adjusted_rand_score
+        method = prep["truth"]
         prep["truth"] = simpoint_binary_labels(simpoint_bin, prep["counts"], p["dir"])
+        prep["method_labels"] = method
+        prep["method_k"] = int(len(np.unique(method)))
+        prep["method_ari"] = float(adjusted_rand_score(prep["truth"], method))
         prep["k"] = int(len(np.unique(prep["truth"])))
         prep["reference"] = f"SimPoint 3.2 ({simpoint_bin})"
     return prep
@@ -595,9 +600,14 @@ def evaluate(workloads: list, workdir: str, densities, conditions, seeds: int, r
             "half": half(next(w for w in WORKLOADS if w.name == name)),
             "intervals": n, "k": prep["k"], "thread": prep["thread"], "reference": prep["reference"],
             "cpi_known": prep["cpi_known"], "truth": truth.tolist(),
+            **{k: prep[k] for k in ("method_k", "method_ari") if k in prep},
             "simpoint": score(truth, truth, pi),
             "one_phase": score(truth, np.zeros(n, np.int64), pi),
             "chunks": score(truth, chunks(n, prep["k"]), pi)}
+        if "method_ari" in prep:
+            prepared[name]["simpoint_method_ratio"] = (score(truth, prep["method_labels"],
+                                                             pi)["cpi_cov"]
+                                                       / prepared[name]["simpoint"]["cpi_cov"])
     timing = {"prepare_s": t1 - t0, "traces_s": t2 - t1, "label_s": t3 - t2,
               "replays": len(tasks)}
     return {"prepared": prepared, "runs": out_runs, "timing": timing}
@@ -665,6 +675,9 @@ def print_half(result: dict, run: int, names: list[str], title: str, densities, 
                      f"{fmt(a['ratio'])} |")
         line += (f" {fmt(p['one_phase']['cpi_cov'] / sp)} | {fmt(p['chunks']['cpi_cov'] / sp)} |")
         print(line)
+        if "method_ari" in p:
+            print(f"| {name} | SimPoint method (scikit-learn) beside SimPoint 3.2: k {p['method_k']}, "
+                  f"ARI {p['method_ari']:.3f}, CoV/SP {p['simpoint_method_ratio']:.2f} |")
         if p["cpi_known"] < 1:
             print(f"| {name} | CPI model known for {100 * p['cpi_known']:.0f} % of the intervals |")
     print()

@@ -21,7 +21,8 @@ def paths(workdir: str, w: Workload) -> dict[str, str]:
     d = os.path.join(workdir, w.name)
     return {"dir": d, "input": os.path.join(d, "input"), "out": os.path.join(d, "out.s"),
             "bb": os.path.join(d, "bbv.bb"), "pc": os.path.join(d, "bbv.pc"),
-            "vglog": os.path.join(d, "valgrind.log"), "cg": os.path.join(d, "callgrind.out")}
+            "vglog": os.path.join(d, "valgrind.log"), "cg": os.path.join(d, "callgrind.out"),
+            "stdout": os.path.join(d, "stdout")}
 
 
 def argv(w: Workload, p: dict[str, str]) -> list[str]:
@@ -38,7 +39,7 @@ def build(w: Workload, workdir: str, interval: int, callgrind: bool = True) -> d
     if not os.path.exists(p["bb"]):
         run(["valgrind", "--tool=exp-bbv", f"--interval-size={interval}",
              f"--bb-out-file={p['bb']}.tmp", f"--pc-out-file={p['pc']}",
-             "--trace-symtab=yes", f"--log-file={p['vglog']}"] + argv(w, p))
+             "--trace-symtab=yes", f"--log-file={p['vglog']}"] + argv(w, p), p["stdout"])
         os.replace(p["bb"] + ".tmp", p["bb"])
         for f in os.listdir(p["dir"]):          # one file per further thread
             if f.startswith("bbv.bb.tmp."):
@@ -50,14 +51,18 @@ def build(w: Workload, workdir: str, interval: int, callgrind: bool = True) -> d
              f"--dump-every-bb={DUMP_EVERY_BB}", "--dump-instr=no", "--dump-line=no",
              "--compress-strings=no", "--compress-pos=no", f"--callgrind-out-file={p['cg']}",
              f"--log-file={p['vglog']}.callgrind"]
-            + (["--separate-threads=yes"] if w.threads > 1 else []) + argv(w, p))
+            + (["--separate-threads=yes"] if w.threads > 1 else []) + argv(w, p), p["stdout"])
         open(done, "w").close()
     return p
 
 
-def run(cmd: list[str]) -> None:
+def run(cmd: list[str], stdout: str) -> None:
+    """``cmd`` with its standard output to the file ``stdout``: not to
+    /dev/null, where GNU grep stops at the first match (it acts as -q)."""
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    with open(stdout, "wb") as out:
+        subprocess.run(cmd, check=True, stdout=out)
+    os.remove(stdout)
 
 
 def main() -> int:

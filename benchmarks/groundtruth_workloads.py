@@ -721,10 +721,10 @@ WORKLOADS = (
              node_script(NODE_OTHER, json=200_000, rounds=300, shapes=3_000_000), scale=0.85, package="nodejs"),
     Workload("grep-logs", "grep", "grep -E -c, a back-reference pattern (a word repeated), over log lines, CSV, "
              "hex lines and long word lines", ("grep", "-E", "-c", _GREP_LOGS, "{input}"),
-             grep_logs, scale=0.35, package="grep"),
+             grep_logs, scale=0.2, package="grep"),
     Workload("grep-source", "grep", "grep -E -o -i, another back-reference pattern, over C-like source, JSON lines, "
              "DNA lines and short random lines", ("grep", "-E", "-o", "-i", _GREP_SRC, "{input}"),
-             grep_source, scale=0.2, package="grep"),
+             grep_source, scale=0.1, package="grep"),
 )
 
 BY_NAME = {w.name: w for w in WORKLOADS}
