@@ -244,8 +244,11 @@ def prepare(w, workdir: str, simpoint_bin: str | None = None) -> dict:
                         truth=z["truth"], per_interval={k[3:]: z[k] for k in z.files
                                                         if k.startswith("pi_")})
             return with_reference(prep, w, p, simpoint_bin)
+    import warnings
+    from sklearn.exceptions import ConvergenceWarning
     from phasewatch.formats.bbvfile import read_pc, read_symtab_mappings
     from phasewatch.simpoint.method import simpoint
+    warnings.filterwarnings("ignore", category=ConvergenceWarning)   # k above the distinct points
     bb, thread = busiest_thread(p["bb"])
     # exp-bbv's last interval is the remainder: leave it out, as replay does
     full = bb.counts.tocsr()
@@ -270,12 +273,14 @@ def prepare(w, workdir: str, simpoint_bin: str | None = None) -> dict:
     meta = {"stamp": stamp, "name": w.name, "thread": thread, "intervals": n, "k": int(sp.k),
             "mappings": mappings, "exe": exe,
             "cpi_known": float(np.mean(~np.isnan(per_interval["cpi"])))}
-    np.savez(cache + ".tmp.npz", data=counts.data, indices=counts.indices, indptr=counts.indptr,
+    tmp = f"{cache}.{os.getpid()}.tmp.npz"
+    np.savez(tmp, data=counts.data, indices=counts.indices, indptr=counts.indptr,
              shape=np.array(counts.shape), addr=addr, ninstr=ninstr, length=length,
              truth=sp.labels, **{"pi_" + k: v for k, v in per_interval.items()})
-    os.replace(cache + ".tmp.npz", cache)
-    with open(meta_path, "w") as f:
+    os.replace(tmp, cache)
+    with open(meta_path + f".{os.getpid()}", "w") as f:
         json.dump(meta, f)
+    os.replace(meta_path + f".{os.getpid()}", meta_path)
     prep = dict(meta, counts=counts, addr=addr, ninstr=ninstr, length=length, truth=sp.labels,
                 per_interval=per_interval)
     return with_reference(prep, w, p, simpoint_bin)
@@ -390,7 +395,7 @@ def write_trace(prep: dict, density: int, condition: str, seed: int, path: str) 
                          f"benchmarks/groundtruth.py ({CONDITION_NAMES[condition]}, seed {seed})")
     meta["histograms"]["text_range"] = text
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp.arrow"
+    tmp = f"{path}.{os.getpid()}.tmp.arrow"
     with TraceWriter(tmp, meta, signals) as w:
         w.write(SampleBatch({"t_ns": t_ns, "cpu": np.zeros(m, np.int32),
                              "tid": np.ones(m, np.int32), "ip": ip,
