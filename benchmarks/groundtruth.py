@@ -2,7 +2,7 @@
 
     python benchmarks/groundtruth.py --workdir DIR [--no-valgrind] [NAME ...]
         [--samples 10,30,100] [--half tuning|test|both] [--detector vpf-ip]
-        [--set FIELD=VALUE ...] [--seeds N] [--jobs N] [--simpoint PATH] [--json FILE]
+        [--set FIELD=VALUE ...] [--seeds 3] [--jobs N] [--simpoint PATH] [--json FILE]
 
 Workloads (groundtruth_workloads.py): 13 programs, 12 of them on two inputs
 each (NAME-INPUT), split by program into a fixed tuning half and test half
@@ -68,6 +68,8 @@ printed first; the tuning half's follows, labelled so.
      1.00 as homogeneous as SimPoint);
    - ARI against SimPoint's labels, phases, phases of one interval;
    - baselines: one phase; as many consecutive equal chunks as SimPoint's k.
+   Each workload's figures are the means over ``--seeds`` traces (default 3;
+   seeds differ in the IPs drawn only).
    Summaries per half, condition and density: the mean ratio over the
    workloads, the worst workload, and the share of one-interval phases among
    all phases.
@@ -717,7 +719,9 @@ def common_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--workdir", default="/tmp/phasewatch-groundtruth",
                     help="valgrind outputs, cached labels and traces (default: %(default)s)")
     ap.add_argument("--detector", default="vpf-ip")
-    ap.add_argument("--seeds", type=int, default=1, help="IP traces per setting (default 1)")
+    ap.add_argument("--seeds", type=int, default=3,
+                    help="IP traces per workload, density and condition, their figures "
+                         "averaged (default 3: one seed moves a half's mean ratio by ~0.1)")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--simpoint", metavar="PATH", help="SimPoint 3.2's binary for the reference")
     ap.add_argument("--no-check", action="store_true",
