@@ -53,14 +53,19 @@ def test_first_interval_opens_phase_zero_with_no_distance():
     assert phase[0] == 0 and new[0] and np.isnan(dist[0])
 
 
-def test_returns_to_an_earlier_phase():
+def two_profiles():
     a, b = np.zeros(32), np.zeros(32)
     a[[0, 8, 24]] = 1.0
     b[[7, 23, 31]] = 1.0
+    return a, b
+
+
+def test_returns_to_an_earlier_phase():
+    a, b = two_profiles()
     prof = np.array([a, a, b, b, a])
     counts = np.full((5, 3), 30)
     phase, _, new, status = classify(prof, counts, BOUNDS, SEGMENT_KINDS, np.array([True] * 3),
-                                     ClassifierState(32, 3, DetectorParams(probation=True)))
+                                     ClassifierState(32, 3, DetectorParams()))
     # b's first interval is tentative until its second confirms the phase; then both take it
     assert list(phase) == [0, 0, 1, 1, 0]
     assert list(status) == [MATCHED] * 5
@@ -68,12 +73,10 @@ def test_returns_to_an_earlier_phase():
 
 
 def test_an_interval_seen_once_opens_no_phase():
-    a, b = np.zeros(32), np.zeros(32)
-    a[[0, 8, 24]] = 1.0
-    b[[7, 23, 31]] = 1.0
+    a, b = two_profiles()
     prof = np.array([a, a, b, a, a])
     counts = np.full((5, 3), 30)
-    state = ClassifierState(32, 3, DetectorParams(probation=True))
+    state = ClassifierState(32, 3, DetectorParams())
     phase, _, new, status = classify(prof, counts, BOUNDS, SEGMENT_KINDS, np.array([True] * 3),
                                      state)
     assert list(phase) == [0] * 5 and state.n_phases == 1

@@ -65,10 +65,11 @@ class Intervals:
         z, f = np.zeros(0, np.int64), np.zeros(0)
         return cls(z, z, z, z, z, z, f, z, np.zeros(0, np.bool_), f, f)
 
-    def slice(self, a: int, b: int) -> "Intervals":
-        columns = {name: getattr(self, name)[a:b] for name in _COLUMNS}
-        extra = {name: getattr(self, name)[a:b] for name in ("profiles", "segment_samples",
-                                                             "status")
+    def rows(self, which) -> "Intervals":
+        """The intervals ``which`` (a slice or a mask) selects."""
+        columns = {name: getattr(self, name)[which] for name in _COLUMNS}
+        extra = {name: getattr(self, name)[which] for name in ("profiles", "segment_samples",
+                                                               "status")
                  if getattr(self, name) is not None}
         return Intervals(**columns, partial=self.partial, **extra)
 
@@ -76,13 +77,7 @@ class Intervals:
         """The intervals that have a phase: all but those without data before
         the first phase (phase -1)."""
         keep = self.phase >= 0
-        if keep.all():
-            return self
-        columns = {name: getattr(self, name)[keep] for name in _COLUMNS}
-        extra = {name: getattr(self, name)[keep] for name in ("profiles", "segment_samples",
-                                                              "status")
-                 if getattr(self, name) is not None}
-        return Intervals(**columns, partial=self.partial, **extra)
+        return self if keep.all() else self.rows(keep)
 
     @property
     def statuses(self) -> np.ndarray:
@@ -245,8 +240,8 @@ class Pipeline:
         elif held is not None:
             self.held = held
         if len(intervals) and intervals.statuses[-1] == TENTATIVE:
-            self.held = intervals.slice(len(intervals) - 1, len(intervals))
-            intervals = intervals.slice(0, len(intervals) - 1)
+            self.held = intervals.rows(slice(len(intervals) - 1, None))
+            intervals = intervals.rows(slice(0, len(intervals) - 1))
         return intervals
 
     def flush(self) -> Intervals:
