@@ -308,16 +308,20 @@ def test_a_subscription_flood_holds_memory_under_a_bound(trace):
         while (elapsed := time.monotonic() - started) < FLOOD_S:
             topic = b"%012d" % sent + b"t" * (MAX_MESSAGE_BYTES - 13)
             try:
+                if sub is None:                     # cut off even as it greeted: again
+                    sub = RawSubscriber(d.zmq_port, timeout=0.5)
                 sub.send_frame(b"\x01" + topic)
                 sent += 1
             except OSError:                         # cut off or stalled: come back
                 cut += 1
-                sub.close()
-                sub = RawSubscriber(d.zmq_port, timeout=0.5)
+                if sub is not None:
+                    sub.close()
+                sub = None
             if sent % 128 == 0:
                 half = int(elapsed * 2 >= FLOOD_S)
                 halves[half] = max(halves[half], rss_bytes(d.proc.pid))
-        sub.close()
+        if sub is not None:
+            sub.close()
         ended = time.monotonic()
         while (after := rss_bytes(d.proc.pid)) - before >= LEFT_AFTER \
                 and time.monotonic() - ended < AFTER_S:
