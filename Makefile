@@ -99,7 +99,7 @@ demo: install
 	mkdir -p $(BUILD)
 	$(VENV)/bin/phasewatch probe
 	$(VENV)/bin/phasewatch convert $(EXAMPLE).csv $(BUILD)/synthetic-skylake.arrow
-	$(VENV)/bin/phasewatch replay $(BUILD)/synthetic-skylake.arrow --labels $(EXAMPLE).labels.json
+	$(VENV)/bin/phasewatch replay $(BUILD)/synthetic-skylake.arrow --detector vpf --labels $(EXAMPLE).labels.json
 	$(VENV)/bin/phasewatch replay $(BUILD)/synthetic-skylake.arrow --detector vpf-ip \
 		--labels $(EXAMPLE).labels.json --output $(BUILD)/synthetic-skylake.jsonl
 	$(VENV)/bin/phasewatch report $(BUILD)/synthetic-skylake.arrow --detector vpf-ip \
