@@ -63,8 +63,10 @@ def test_thesis_parameters_give_thesis_quality(example):
 
 
 def test_the_default_detector_reads_the_ips_the_trace_has(example):
-    proc = phasewatch("replay", example / "ex.csv")
-    assert "detector vpf-ip" in proc.stdout.splitlines()[0]
+    first = phasewatch("replay", example / "ex.csv").stdout.splitlines()[0]
+    assert "detector vpf-ip (the default with IP samples)," in first
+    chosen = phasewatch("replay", example / "ex.csv", "--detector", "vpf-ip").stdout
+    assert "detector vpf-ip, threshold" in chosen.splitlines()[0]
     summary = json.loads(phasewatch("replay", example / "ex.csv", "--json").stdout)
     assert len(summary["phases"]) == 4
 

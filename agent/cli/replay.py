@@ -7,6 +7,7 @@ import os
 
 from ..console import warn
 from ..core.detectors import NAMES
+from ..core.settings import detector_label
 from ..errors import UserError
 from ..formats.metadata import MAX_BASE_MHZ
 from .arguments import add_detector_arguments, given_settings, number
@@ -105,7 +106,8 @@ def show(replayed, json_out: bool) -> None:
     s = replayed.stats
     thr = f"{s.threshold:.3f}" + (" (adaptive)" if s.adaptive else "")
     out.print(f"{replayed.name}: {s.samples:,} samples, {replayed.summary.n_intervals} intervals "
-              f"{s.interval}, detector {s.detector}, threshold {thr}")
+              f"{s.interval}, detector {detector_label(s.detector, replayed.chosen)}, "
+              f"threshold {thr}")
     out.print(phase_table(replayed.summary))
     for line in summary_lines(replayed.summary, s.dropped, s.implausible):
         out.print(line)

@@ -183,6 +183,16 @@ class DetectionSettings:
         return replace(self, detector=detector, interval=interval)
 
 
+#: Said after the detector's name where no option or recording chose it.
+DEFAULT_NOTE = " (the default with IP samples)"
+
+
+def detector_label(detector: str, chosen: str | None) -> str:
+    """The detector as the first line of output names it: ``chosen`` None
+    (nothing chose one) says that it is the default for the signals."""
+    return detector + (DEFAULT_NOTE if chosen is None and detector == "vpf-ip" else "")
+
+
 def best_detector(signals) -> str:
     """The detector where none is chosen: ``vpf-ip`` wherever IPs are sampled
     (it scores best on the held-out programs, docs/detection.md), else ``vpf``."""

@@ -27,6 +27,7 @@ class Replayed:
     failures: list[str]         # outputs that could not be written (a full disk)
     ari: float | None = None    # against the labels, where given
     labels: str | None = None
+    chosen: str | None = "bbv"  # the detector the options or the recording chose; None: none
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def replay_samples(path: str, options: ReplayOptions, warn, cpu: int | None) -> 
     finally:
         source.close()
     return Replayed(path if cpu is None else f"{path} CPU {cpu}", summary, pipeline.stats(),
-                    failures)
+                    failures, chosen=settings.detector)
 
 
 def replay_bb(path: str, options: ReplayOptions) -> Replayed:

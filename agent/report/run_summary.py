@@ -7,6 +7,7 @@ from __future__ import annotations
 from rich.markup import escape
 
 from ..collectors.registry import CHOICES
+from ..core.settings import detector_label
 from ..formats.results import finite, summary_dict
 from .tables import phase_table, summary_lines
 
@@ -34,7 +35,8 @@ def run_lines(result) -> list:
         end = "interrupted, " + end
     lines = [f"{' '.join(info['command'])}: {end}, {info['seconds']:.1f} s, "
              f"{stats.samples:,} samples, {summary.n_intervals} intervals "
-             f"{stats.interval}, detector {info['detector']}, "
+             f"{stats.interval}, detector "
+             f"{detector_label(info['detector'], info.get('detector_chosen'))}, "
              f"threshold {stats.threshold:.3f}",
              escape(source_line(info["source"], info["not_taken"], info["register_rate"]))]
     if info["missing_signals"]:
