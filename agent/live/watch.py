@@ -47,10 +47,11 @@ if TYPE_CHECKING:   # numba, pyarrow and the ELF reader load after CMD starts
 WARM_UP_AFTER_S = 0.1
 
 #: Signals of the design that a run may lack, and the raw columns each needs.
+#: What a host may lack, each with the sets of columns that give it.
 OPTIONAL_SIGNALS = {
-    "core voltage": ("perf_status",),
-    "productive frequency": ("aperf", "mperf", "pperf"),
-    "instructions and cycles (CPI)": ("instructions", "cycles"),
+    "core voltage": (("perf_status",), ("vcore_mv",)),
+    "productive frequency": (("aperf", "mperf", "pperf"),),
+    "instructions and cycles (CPI)": (("instructions", "cycles"),),
 }
 
 
@@ -260,7 +261,8 @@ def load_kernels(settings: DetectionSettings, signals) -> None:
 
 def missing_signals(signals) -> list[str]:
     have = set(signals)
-    return [name for name, columns in OPTIONAL_SIGNALS.items() if not set(columns) <= have]
+    return [name for name, ways in OPTIONAL_SIGNALS.items()
+            if not any(set(columns) <= have for columns in ways)]
 
 
 def program_text_range(symbolizer: Symbolizer) -> tuple[int, int] | None:
