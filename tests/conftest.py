@@ -18,6 +18,13 @@ settings.register_profile("phasewatch", deadline=None)
 settings.load_profile("phasewatch")
 
 
+@pytest.fixture(autouse=True)
+def own_phase_catalog(tmp_path_factory, monkeypatch):
+    """Each test's runs keep their phase catalogue apart ($XDG_STATE_HOME):
+    phases learnt by one test never seed another's."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
 @pytest.fixture(scope="session")
 def abab(tmp_path_factory) -> Path:
     """The A-B-A test program (tests/workloads/abab.c), compiled once per session

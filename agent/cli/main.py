@@ -25,6 +25,7 @@ COMMANDS = {
     "export": "write phases in another tool's format (SimPoint)",
     "subscribe": "print phasewatchd's ZeroMQ events as they come",
     "proxy": "join many phasewatchd publishers into one ZeroMQ endpoint",
+    "catalog": "list, show, export, import or merge the phase catalogue",
 }
 
 

@@ -77,6 +77,12 @@ def add_arguments(parser) -> None:
                         help="MSR device path, {cpu} replaced by the CPU number "
                              f"(default {msr.DEFAULT_PATH})")
     add_detector_arguments(parser, names=SAMPLE_DETECTORS, default="")
+    parser.add_argument("--catalog", metavar="FILE",
+                        help="the phase catalogue: known phases keep their ids and names from "
+                             "run to run (default $XDG_STATE_HOME/phasewatch/catalog.sqlite)")
+    parser.add_argument("--no-catalog", action="store_true",
+                        help="neither read nor write the phase catalogue: ids in order of "
+                             "appearance, as in a replay")
     parser.add_argument("--record", metavar="TRACE",
                         help="also write the raw samples to TRACE, for 'phasewatch replay'")
     parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
@@ -147,7 +153,14 @@ def check_arguments(args, program: str | None) -> DetectionSettings:
     settings = settings_of(args)
     msr.device_path(args.msr_path, 0)
     args.program = program
-    check_outputs([args.record, args.output, json_file(args), args.pprof], inputs=[args.program])
+    if args.catalog and args.no_catalog:
+        raise UserError("--catalog and --no-catalog contradict each other: give one of them")
+    args.catalog = catalog_path(args)
+    check_outputs([args.record, args.output, json_file(args), args.pprof, args.catalog],
+                  inputs=[args.program])
+    if args.catalog:
+        from ..formats.catalog import check_path
+        check_path(args.catalog)
     if args.powercap_root:
         from ..live.phase_energy import EnergyMeter
         EnergyMeter.open(args.powercap_root)
@@ -159,10 +172,27 @@ def check_arguments(args, program: str | None) -> DetectionSettings:
     return settings
 
 
+def catalog_path(args) -> str | None:
+    """The catalogue file, its folder made where it is the default one."""
+    if args.no_catalog:
+        return None
+    if args.catalog:
+        return args.catalog
+    from ..formats.catalog import default_path
+    path = default_path()
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot make {path.parent} for the phase catalogue ({exc.strerror}): "
+                        f"give --catalog FILE or --no-catalog") from None
+    return str(path)
+
+
 def watch(args, settings: DetectionSettings, child, source,
           relay: TerminalRelay | None = None) -> int:
     say = (lambda msg: None) if args.quiet else warn
     options = WatchOptions(settings, say, program=args.program, record=args.record,
+                           catalog=args.catalog,
                            sinks=lambda w: [sink for option, make in OPTION_SINKS
                                             if getattr(args, option) for sink in make(args, w)])
     # The settings are fitted to the signals (or refused) before any output opens.

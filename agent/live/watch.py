@@ -66,6 +66,7 @@ class WatchOptions:
     sinks: Callable[["Watch"], list] = lambda watch: []
     #: Sinks opened before CMD starts (--output), so that a failure stops it from running.
     opened: list = field(default_factory=list)
+    catalog: str | None = None      # the phase catalogue (None: --no-catalog)
 
 
 @dataclass
@@ -76,6 +77,7 @@ class WatchResult:
     functions: PhaseFunctions
     energy: dict | None             # per phase, where RAPL was read
     failures: list[str]             # outputs that could not be written
+    names: dict[int, str] = field(default_factory=dict)    # each phase's name
 
 
 class Watch:
@@ -95,6 +97,7 @@ class Watch:
         self.summary: PhaseSummary | None = None
         self.trace = None
         self.exit_status: int | None = None
+        self.catalog = None
 
     def run(self) -> WatchResult:
         """Release the command, watch it to its end, close every output."""
@@ -137,6 +140,7 @@ class Watch:
         self.symbolizer = Symbolizer.from_pid(child.pid)
         self.meta = self._metadata()
         self.pipeline = self._pipeline()
+        self.catalog = self._catalog()
         self.meta["detection"] = self.settings.recorded()
         self.tree = TreeSymbolizer(self.symbolizer)
         tree_watch = TreeWatch(self.tree, also=[pinning.look]).start()
@@ -197,7 +201,7 @@ class Watch:
         }
         energy = self.options.energy
         return WatchResult(info, self.summary, self.pipeline.stats(), self.functions,
-                           energy.per_phase() if energy else None, failures)
+                           energy.per_phase() if energy else None, failures, self._names())
 
     # -- the pieces ----------------------------------------------------------
 
@@ -205,6 +209,27 @@ class Watch:
         """The pipeline replay builds from the same metadata and settings."""
         from ..core.pipeline import Pipeline
         return Pipeline.for_trace(self.meta, self.settings.params(self.meta))
+
+    def _catalog(self):
+        """The program's known phases, given to the pipeline before its first interval."""
+        if not self.options.catalog or not self.options.program:
+            return None
+        from .phase_catalog import RunCatalog
+        catalog = RunCatalog(self.options.catalog, self.options.program, self.options.say)
+        catalog.seed(self.pipeline)
+        return catalog
+
+    def _names(self) -> dict[int, str]:
+        """Each phase's name, and the run's phases kept in the catalogue."""
+        from .phase_catalog import name_phases
+        rows = self.summary.table()
+        ids = [r["phase"] for r in rows]
+        if self.catalog is None:
+            return name_phases(ids, self.functions, {})
+        names = self.catalog.name_new_phases(ids, self.functions)
+        self.catalog.save(self.pipeline, {r["phase"]: r["intervals"] for r in rows})
+        self.catalog.close()
+        return names
 
     def _trace(self):
         """The trace writer and its side table (pyarrow, 25 MiB resident, is loaded only for it)."""

@@ -19,6 +19,7 @@ def run_json(result) -> dict:
     out = {**result.info, **summary_dict(result.summary, result.stats, None)}
     out.pop("ari")
     for row in out["phases"]:
+        row["name"] = result.names.get(row["phase"])
         top = result.functions.top(row["phase"], TOP_FUNCTIONS)
         row["top_functions"] = [{"name": name, "share": share} for name, share in top]
         row.update(result.energy.get(row["phase"], {}) if result.energy is not None else {})
@@ -42,7 +43,8 @@ def run_lines(result) -> list:
     if info["missing_signals"]:
         lines.append("missing on this host: " + ", ".join(info["missing_signals"]))
     lines.append(phase_table(summary, extra_columns={
-        **energy_columns, "top functions": [top_functions_cell(top) for top in tops]}))
+        **energy_columns, "top functions": [top_functions_cell(top) for top in tops]},
+        names=result.names))
     lines += summary_lines(summary, stats.dropped, stats.implausible)
     lost = info["samples_lost"]
     if lost["ring"] or lost["queue"]:
