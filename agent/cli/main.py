@@ -10,7 +10,7 @@ import os
 import sys
 
 from .. import __version__
-from ..console import one_line
+from ..console import ESCAPE_BYTES, one_line
 from ..errors import UserError
 
 #: subcommand (and its module here) -> one-line help
@@ -59,10 +59,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     # File names are bytes on Unix: undecodable ones reach us as surrogates,
-    # and go back out as the same bytes.
+    # and are shown escaped.
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="surrogateescape")
+            stream.reconfigure(errors=ESCAPE_BYTES)
     command = "phasewatch"
     if argv is None:
         argv = sys.argv[1:]
