@@ -1,5 +1,6 @@
-"""What every command and the daemon say on standard error, in one form:
-bytes that are not UTF-8 shown escaped."""
+"""The standard streams, in one form for every command and the daemon:
+bytes that are not UTF-8 shown escaped, and rich consoles that never read
+markup in what they print."""
 
 from __future__ import annotations
 
@@ -38,3 +39,19 @@ def one_line(message: str) -> str:
     """``message`` with line breaks shown as escapes: a file name or option
     value may hold them, and an error is one line."""
     return message.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def rich_console(file=None, *, stderr: bool = False, soft_wrap: bool = True):
+    """The one way phasewatch makes a rich console (on standard output by
+    default).  It reads no markup and highlights nothing: the paths, command
+    lines and function names it prints are the user's, and a ``[`` in them is
+    text (rich would take ``[/]`` for a closing tag and fail)."""
+    from rich.console import Console     # rich: only where something is drawn
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            """Leave a closed pipe to the command's caller (rich would exit 1)."""
+            raise BrokenPipeError
+
+    return _Console(file=file, stderr=stderr, markup=False, highlight=False, emoji=False,
+                    soft_wrap=soft_wrap)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import math
-import sys
 
-from rich.console import Console
 from rich.table import Table
 
 from ..formats.results import PhaseSummary
@@ -59,12 +57,3 @@ def summary_lines(summary: PhaseSummary, dropped: dict[str, int],
                      + ", ".join(f"{k} {v}" for k, v in implausible.items()))
     return lines
 
-
-class _Console(Console):
-    def on_broken_pipe(self) -> None:
-        """Leave a closed pipe to the command's caller (rich would exit 1)."""
-        raise BrokenPipeError
-
-
-def console(stream=None) -> Console:
-    return _Console(file=stream or sys.stdout, highlight=False, soft_wrap=True)
