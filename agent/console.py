@@ -1,10 +1,11 @@
 """The standard streams, in one form for every command and the daemon:
-bytes that are not UTF-8 shown escaped, and rich consoles that never read
-markup in what they print."""
+descriptors 0-2 guarded at start-up, bytes that are not UTF-8 shown escaped,
+and rich consoles that never read markup in what they print."""
 
 from __future__ import annotations
 
 import codecs
+import os
 import sys
 
 #: The codec error handler that writes an undecodable byte (kept by Python as a
@@ -39,6 +40,46 @@ def one_line(message: str) -> str:
     """``message`` with line breaks shown as escapes: a file name or option
     value may hold them, and an error is one line."""
     return message.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def guard_stdio() -> None:
+    """Put ``/dev/null`` on any of descriptors 0, 1, 2 that the caller left
+    closed, before anything else opens a file: else the next file opened
+    (a pipe to the command, a trace) would take its number, and be read or
+    written as standard input or output.  Then give Python streams on all
+    three that show undecodable bytes escaped.  With standard error closed,
+    phasewatch's own messages go nowhere: never into standard output."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            os.set_inheritable(fd, True)        # the command gets it too
+    if sys.stdin is None:
+        sys.stdin = open(0, encoding="utf-8", errors="surrogateescape", closefd=False)
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name)
+        if stream is None:
+            setattr(sys, name, open(fd, "w", encoding="utf-8", errors=ESCAPE_BYTES,
+                                    closefd=False, buffering=1 if fd == 2 else -1))
+        elif hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors=ESCAPE_BYTES)
+
+
+def start_up() -> str | None:
+    """What each entry point does first: guard the standard descriptors.
+    Returns why phasewatch cannot start here, if it cannot: a working folder
+    that has been deleted (every relative path would fail later, and with a
+    traceback)."""
+    guard_stdio()
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return "the working folder has been deleted: cd to a folder that exists and start again"
+    return None
 
 
 def rich_console(file=None, *, stderr: bool = False, soft_wrap: bool = True):

@@ -187,7 +187,7 @@ def test_a_trace_named_in_bytes_is_converted_replayed_and_shown_escaped(tmp_path
     clean(phasewatch("convert", EXAMPLE, trace))
     proc = phasewatch("replay", trace)
     clean(proc)
-    assert f"t\\xff.arrow".encode() in proc.stdout
+    assert "t\\xff.arrow".encode() in proc.stdout
 
 
 def test_run_record_to_a_name_in_bytes_replays(tmp_path, text_file):

@@ -16,6 +16,11 @@ RELOAD = threading.Event()
 signal.signal(signal.SIGHUP, lambda *_: RELOAD.set())
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
 
+# Closed standard descriptors get /dev/null before the imports below open files.
+from ..console import guard_stdio  # noqa: E402
+
+guard_stdio()
+
 import argparse  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -23,6 +28,7 @@ import sys  # noqa: E402
 from .. import __version__  # noqa: E402
 from ..core.detectors import SAMPLE_DETECTORS  # noqa: E402
 from ..daemon.service import DEFAULT_CONFIG, Daemon, load_config, log  # noqa: E402
+from ..console import start_up  # noqa: E402
 from ..errors import UserError  # noqa: E402
 from .arguments import RECORDED, add_detector_arguments  # noqa: E402
 
@@ -53,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if (cannot := start_up()) is not None:
+            raise UserError(cannot)
         RELOAD.clear()      # the config read next is the newest
         config = load_config(args)
         path = args.config or (DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None)
