@@ -190,6 +190,14 @@ def test_a_trace_named_in_bytes_is_converted_replayed_and_shown_escaped(tmp_path
     assert "t\\xff.arrow".encode() in proc.stdout
 
 
+def test_a_report_of_a_trace_named_in_bytes_titles_it_escaped(tmp_path):
+    trace, out = tmp_path / f"t{FF}.arrow", tmp_path / f"report{FE}"
+    clean(phasewatch("convert", EXAMPLE, trace))
+    clean(phasewatch("report", trace, "--out", out))
+    assert "phases of t\\xff.arrow" in (out / "index.html").read_text(encoding="utf-8")
+    assert (out / "phases.png").stat().st_size > 0
+
+
 def test_run_record_to_a_name_in_bytes_replays(tmp_path, text_file):
     trace = tmp_path / f"r{FE}.arrow"
     err = clean(phasewatch("run", "--no-pin", "--record", trace, "--", BZIP2, "-c", text_file,
