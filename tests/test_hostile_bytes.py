@@ -229,7 +229,7 @@ def nobody_home(text_file):
 @pytest.mark.parametrize("how", ["directly", "through a shell"])
 def test_a_setuid_command_run_by_a_user_runs_whole_and_is_said_once(nobody_home, how):
     command = ["./sbzip2", "-c", "F"] if how == "directly" else \
-        ["sh", "-c", "./sbzip2 -c F && ./sbzip2 -c F >/dev/null"]
+        ["sh", "-c", "./sbzip2 -c F && for i in 1 2 3; do ./sbzip2 -c F >/dev/null; done"]
     out = nobody_home / "out.bz2"
     with open(out, "wb") as f:
         proc = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
@@ -239,8 +239,7 @@ def test_a_setuid_command_run_by_a_user_runs_whole_and_is_said_once(nobody_home,
     err = clean(proc)
     assert out.read_bytes() == subprocess.run([BZIP2, "-c", nobody_home / "F"],
                                               capture_output=True, check=True).stdout
-    said = re.findall(r"cannot read /proc/(\d+)/maps", err)
-    assert said and len(said) == len(set(said)), err     # once for each process refused
+    assert len(re.findall(r"cannot read /proc/\d+/maps", err)) == 1, err     # said once
 
 
 # --- the root cause: no per-process /proc file read as text ------------------------------

@@ -3,7 +3,8 @@
 psutil's ``memory_maps`` leaves out the file offsets and inodes that symbols
 and the code map need, so the file is read here.  A process the agent may
 not read (a setuid program started by a user) is left without mappings: its
-code goes unnamed, and a warning says so once."""
+code goes unnamed, and a warning says so once (for the first such process:
+a shell loop over a setuid program would otherwise say it at every turn)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import NamedTuple
 from ..collectors import procfs
 from ..console import warn
 
-#: Processes whose maps were refused, and so said once.
+#: Processes whose maps were refused; the first was said.
 _REFUSED: set[int] = set()
 
 
@@ -35,16 +36,17 @@ def read_maps(pid: int) -> list[Mapping]:
 
 def maps_text(pid: int) -> str | None:
     """``/proc/PID/maps`` as the kernel wrote it; None if ``pid`` has gone or
-    its maps are refused (said once per process)."""
+    its maps are refused (said for the first process refused)."""
     try:
         return procfs.read(f"/proc/{pid}/maps")
     except (FileNotFoundError, ProcessLookupError):
         return None
     except PermissionError:
-        if pid not in _REFUSED:
-            _REFUSED.add(pid)
+        if not _REFUSED:
             warn(f"cannot read /proc/{pid}/maps ({_name(pid)}): permission denied, as for a "
-                 f"setuid program or another user's; its code goes unnamed")
+                 f"setuid program or another user's; its code goes unnamed, and so does "
+                 f"that of any other process refused so")
+        _REFUSED.add(pid)
         return None
 
 
