@@ -161,7 +161,7 @@ def test_the_daemon_outlives_a_comm_target_that_renames_itself_and_stays_a_zombi
                       'rescan_seconds = 0.2\n[detector]\nname = "vpf-ip"\ninterval_ms = 100\n')
     with Daemon("--config", config) as d:
         d.wait_ready()
-        maker = subprocess.Popen([PYTHON3, "-c", ZOMBIE_MAKER, "3"], stdout=subprocess.PIPE,
+        maker = subprocess.Popen([PYTHON3, "-c", ZOMBIE_MAKER, "4"], stdout=subprocess.PIPE,
                                  text=True)
         try:
             victim = int(maker.stdout.readline())

@@ -17,7 +17,7 @@ signal.signal(signal.SIGHUP, lambda *_: RELOAD.set())
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
 
 # Closed standard descriptors get /dev/null before the imports below open files.
-from ..console import guard_stdio  # noqa: E402
+from ..console import guard_stdio, start_up  # noqa: E402
 
 guard_stdio()
 
@@ -28,7 +28,6 @@ import sys  # noqa: E402
 from .. import __version__  # noqa: E402
 from ..core.detectors import SAMPLE_DETECTORS  # noqa: E402
 from ..daemon.service import DEFAULT_CONFIG, Daemon, load_config, log  # noqa: E402
-from ..console import start_up  # noqa: E402
 from ..errors import UserError  # noqa: E402
 from .arguments import RECORDED, add_detector_arguments  # noqa: E402
 

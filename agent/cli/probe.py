@@ -7,8 +7,8 @@ import json
 import sys
 
 from ..collectors import msr
-from ..console import rich_console
 from ..collectors.probe import probe
+from ..console import rich_console
 from ..core import kernels
 from ..core.batch import ID_RANGES
 from .arguments import number

@@ -17,7 +17,6 @@ from typing import Callable, Sequence
 
 import psutil
 
-# Ours: wait() asks 10 times a second, and psutil's status() costs twice as much (15 µs to 7).
 from ..collectors.procfs import alive
 from ..errors import UserError
 from .signal_catcher import SignalCatcher
