@@ -6,7 +6,8 @@ markup: ``[/]`` (a folder ``k[`` holding ``]t.arrow``) is a closing tag with
 nothing to close, a MarkupError, and ``[bold]`` vanished from the name shown.
 Every rich console phasewatch makes comes from ``phasewatch.console.rich_console``,
 which reads no markup.  Each case runs the real ``phasewatch`` on real files
-and programs: exit 0, the name shown as given, every output written."""
+and programs: exit 0, the name shown as given, every output written.  The
+report's PNG is the same class: its title is not read as Matplotlib mathtext."""
 
 from __future__ import annotations
 
@@ -77,6 +78,17 @@ def test_diff_of_traces_with_markup_in_their_paths(trace, tmp_path):
     assert phasewatch("convert", EXAMPLE, other).returncode == 0
     said = clean(phasewatch("diff", trace, other))
     assert "k[/]t[bold].arrow" in said, said
+
+
+def test_report_of_a_trace_whose_name_is_markup_or_mathtext(folder, tmp_path):
+    """The PNG's title is drawn by Matplotlib, which reads "$...$" as mathtext:
+    "$\\frac$" failed to parse and report ended in a traceback."""
+    trace = folder / "]m$\\frac$[bold].arrow"
+    assert phasewatch("convert", EXAMPLE, trace).returncode == 0
+    out = tmp_path / "report"
+    clean(phasewatch("report", trace, "--out", out))
+    assert (out / "phases.png").stat().st_size > 0
+    assert "m$\\frac$[bold].arrow" in (out / "index.html").read_text()
 
 
 # --- the root cause: one console, and it reads no markup -----------------------------------
