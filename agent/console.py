@@ -5,6 +5,7 @@ and rich consoles that never read markup in what they print."""
 from __future__ import annotations
 
 import codecs
+import fcntl
 import os
 import sys
 
@@ -62,11 +63,18 @@ def guard_stdio() -> None:
         sys.stdin = open(0, encoding="utf-8", errors="surrogateescape", closefd=False)
     for name, fd in (("stdout", 1), ("stderr", 2)):
         stream = getattr(sys, name)
-        if stream is None:
-            setattr(sys, name, open(fd, "w", encoding="utf-8", errors=ESCAPE_BYTES,
-                                    closefd=False, buffering=1 if fd == 2 else -1))
+        if stream is None or not _writable(fd):
+            # Opened read-only ('1</dev/null'): phasewatch's own output goes
+            # nowhere, and the command still gets the descriptor it was given.
+            target = fd if _writable(fd) else os.devnull
+            setattr(sys, name, open(target, "w", encoding="utf-8", errors=ESCAPE_BYTES,
+                                    closefd=target != fd, buffering=1 if fd == 2 else -1))
         elif hasattr(stream, "reconfigure"):
             stream.reconfigure(errors=ESCAPE_BYTES)
+
+
+def _writable(fd: int) -> bool:
+    return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
 
 
 def start_up() -> str | None:

@@ -1,6 +1,6 @@
 """Hostile start-up, class "stdio descriptors are guarded": standard input,
-output or error closed by the caller (``<&-``, ``>&-``, ``2>&-``), and a
-working folder deleted under the command.
+output or error closed by the caller (``<&-``, ``>&-``, ``2>&-``) or opened
+read-only (``1</dev/null``), and a working folder deleted under the command.
 
 A closed descriptor 0, 1 or 2 is the lowest free number, so the next file
 opened took it: the gate pipe landed on 0 and the clean-up before exec then
@@ -77,6 +77,20 @@ def test_all_three_closed(tmp_path, data):
     assert proc.returncode == 0
     assert (tmp_path / "status").read_text() == "status 0\n"
     assert (tmp_path / "o.jsonl").is_file()
+
+
+def test_a_read_only_stdout_is_no_traceback(tmp_path, trace):
+    proc = shell(f'"$PW" replay {trace} 1</dev/null', tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_read_only_stderr_leaves_the_command_and_its_status_alone(tmp_path, data):
+    source, expected = data
+    proc = shell(f'"$PW" run --no-pin -- "$BZ" -c {source} > out.bz2 2</dev/null; '
+                 f'echo "status $?" > status', tmp_path)
+    assert proc.returncode == 0
+    assert (tmp_path / "status").read_text() == "status 0\n"
+    assert (tmp_path / "out.bz2").read_bytes() == expected
 
 
 @pytest.mark.parametrize("argv", [
