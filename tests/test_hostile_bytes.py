@@ -126,12 +126,34 @@ def test_a_command_that_renames_itself_to_bytes_is_watched_to_its_end(tmp_path):
     assert "exit status 0" in clean(proc)
 
 
+#: Two busy threads, the second named (its own comm) in bytes that are not UTF-8.
+THREAD_RENAMED = ("import bz2, ctypes, threading, time\n"
+                  "def busy():\n"
+                  "    t = time.monotonic()\n"
+                  "    while time.monotonic() - t < 0.8:\n"
+                  "        bz2.compress(bytes(range(256)) * 400)\n"
+                  "def renamed():\n"
+                  "    ctypes.CDLL(None).prctl(15, b'th\\xff\\xfe', 0, 0, 0)\n"
+                  "    busy()\n"
+                  "thread = threading.Thread(target=renamed)\n"
+                  "thread.start()\n"
+                  "busy()\n"
+                  "thread.join()\n")
+
+
+def test_a_thread_that_renames_itself_to_bytes_is_watched_to_its_end(tmp_path):
+    proc = phasewatch("run", "--interval-ms", "50", "--", PYTHON3, "-c", THREAD_RENAMED,
+                      cwd=tmp_path)
+    assert "exit status 0" in clean(proc)
+
+
 def test_run_pid_on_a_process_named_in_bytes(tmp_path):
-    target = subprocess.Popen([PYTHON3, "-c", RENAMED, "1.5"])
+    """Its comm and its command line (/proc/PID/cmdline) both hold such bytes."""
+    target = subprocess.Popen([PYTHON3, "-c", RENAMED, "1.5", "arg" + FF])
     try:
         time.sleep(0.3)
         proc = phasewatch("run", "--no-pin", "--interval-ms", "50", "--pid", target.pid)
-        clean(proc)
+        assert "arg\\xff" in clean(proc)
     finally:
         target.kill()
         target.wait()
