@@ -149,7 +149,7 @@ def test_a_thread_that_renames_itself_to_bytes_is_watched_to_its_end(tmp_path):
 
 def test_run_pid_on_a_process_named_in_bytes(tmp_path):
     """Its comm and its command line (/proc/PID/cmdline) both hold such bytes."""
-    target = subprocess.Popen([PYTHON3, "-c", RENAMED, "1.5", "arg" + FF])
+    target = subprocess.Popen([PYTHON3, "-c", RENAMED, "3", "arg" + FF])
     try:
         time.sleep(0.3)
         proc = phasewatch("run", "--no-pin", "--interval-ms", "50", "--pid", target.pid)
