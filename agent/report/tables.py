@@ -56,4 +56,3 @@ def summary_lines(summary: PhaseSummary, dropped: dict[str, int],
                      "10 GHz; check the MSR device or the trace): "
                      + ", ".join(f"{k} {v}" for k, v in implausible.items()))
     return lines
-
