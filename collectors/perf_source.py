@@ -26,7 +26,7 @@ import numpy as np
 from phasewatch.core.batch import SampleBatch
 from phasewatch.errors import MissingPrivilege, UserError
 
-from . import perf_event as pe, perf_msr
+from . import perf_event as pe, perf_msr, procfs
 from .cpuinfo import base_frequency_hz, online_cpus, read_cpuinfo
 
 SAMPLE_TYPE = pe.SAMPLE_IP | pe.SAMPLE_TID | pe.SAMPLE_TIME | pe.SAMPLE_CPU | pe.SAMPLE_PERIOD
@@ -288,11 +288,7 @@ class PerfSource:
     def _target_gone(self) -> bool:
         if self.pid is None:
             return False
-        try:
-            with open(f"/proc/{self.pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-        except OSError:
-            return True
+        return not procfs.alive(self.pid)
 
     def stop(self) -> None:
         """End :meth:`batches` now (an attached watch interrupted)."""

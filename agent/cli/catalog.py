@@ -13,14 +13,13 @@ import json
 import sys
 import time
 
-from rich.markup import escape
 from rich.table import Table
 
+from ..console import rich_console
 from ..core.params import DEFAULT_THRESHOLD
 from ..errors import UserError
 from ..formats.catalog import Catalog, default_path, dumps
 from ..formats.outputs import open_output
-from ..report.tables import console
 from .arguments import number
 
 
@@ -56,13 +55,13 @@ def _refuse(line: str) -> None:
 
 
 def list_programs(catalog: Catalog, args) -> int:
-    table = Table(title=f"programs in {escape(str(catalog.path))}", title_justify="left")
+    table = Table(title=f"programs in {catalog.path}", title_justify="left")
     for name in ("program", "detector", "phases", "next id", "last seen", "key"):
         table.add_column(name)
     for p in catalog.programs():
-        table.add_row(escape(p["path"]), p["profile"].partition(":")[0], str(p["phases"]),
-                      str(p["next_id"]), _when(p["last_seen"]), escape(p["program"]))
-    console().print(table)
+        table.add_row(p["path"], p["profile"].partition(":")[0], str(p["phases"]),
+                      str(p["next_id"]), _when(p["last_seen"]), p["program"])
+    rich_console().print(table)
     return 0
 
 
@@ -72,14 +71,14 @@ def show(catalog: Catalog, args) -> int:
         raise UserError(f"{args.what}: no such program in {catalog.path} "
                         f"(phasewatch catalog list names them)")
     for prog in programs:
-        table = Table(title=f"{escape(prog['path'])} ({prog['profile'].partition(':')[0]})",
+        table = Table(title=f"{prog['path']} ({prog['profile'].partition(':')[0]})",
                       title_justify="left")
         for name in ("phase", "name", "intervals", "first seen", "last seen"):
             table.add_column(name)
         for p in catalog.phases(prog["key"]):
-            table.add_row(str(p.known.id), escape(p.name), str(p.intervals), _when(p.first_seen),
+            table.add_row(str(p.known.id), p.name, str(p.intervals), _when(p.first_seen),
                           _when(p.last_seen))
-        console().print(table)
+        rich_console().print(table)
     return 0
 
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from ..collectors import msr
 from ..collectors.registry import CHOICES, open_source
-from ..console import warn
+from ..console import rich_console, warn
 from ..core.batch import ID_RANGES
 from ..core.detectors import SAMPLE_DETECTORS
 from ..core.settings import DetectionSettings
@@ -289,8 +289,7 @@ def report(args, result: WatchResult) -> None:
     if args.quiet:
         return
     from ..report.run_summary import run_lines
-    from ..report.tables import console
-    out = console(sys.stderr)
+    out = rich_console(sys.stderr)
     if not out.is_terminal:
         out.width = max(out.width, PIPE_WIDTH)
     for line in run_lines(result):

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import math
-import sys
 
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from ..formats.results import PhaseSummary
@@ -40,7 +37,7 @@ def phase_table(summary: PhaseSummary, extra_columns: dict[str, list[str]] | Non
         share_text = "-" if r[share] is None else f"{100 * r[share]:.1f} %"
         phase = str(r["phase"])
         if names and names.get(r["phase"]):
-            phase = f"{phase} {escape(names[r['phase']])}"
+            phase = f"{phase} {names[r['phase']]}"
         table.add_row(phase, str(r["intervals"]), share_text,
                       _num(r["cpi"], ".3f"), _num(r["cpi_cov"], ".3f"),
                       _num(r["voltage_mv"], ".1f"), _num(r["pfreq_mhz"], ".0f"), *extra)
@@ -63,13 +60,3 @@ def summary_lines(summary: PhaseSummary, dropped: dict[str, int],
                      "10 GHz; check the MSR device or the trace): "
                      + ", ".join(f"{k} {v}" for k, v in implausible.items()))
     return lines
-
-
-class _Console(Console):
-    def on_broken_pipe(self) -> None:
-        """Leave a closed pipe to the command's caller (rich would exit 1)."""
-        raise BrokenPipeError
-
-
-def console(stream=None) -> Console:
-    return _Console(file=stream or sys.stdout, highlight=False, soft_wrap=True)
