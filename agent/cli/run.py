@@ -158,9 +158,6 @@ def check_arguments(args, program: str | None) -> DetectionSettings:
     args.catalog = catalog_path(args)
     check_outputs([args.record, args.output, json_file(args), args.pprof, args.catalog],
                   inputs=[args.program])
-    if args.catalog:
-        from ..formats.catalog import check_path
-        check_path(args.catalog)
     if args.powercap_root:
         from ..live.phase_energy import EnergyMeter
         EnergyMeter.open(args.powercap_root)
@@ -173,18 +170,23 @@ def check_arguments(args, program: str | None) -> DetectionSettings:
 
 
 def catalog_path(args) -> str | None:
-    """The catalogue file, its folder made where it is the default one."""
+    """The catalogue file: the one given (refused if it cannot be one), else
+    the default, its folder made, or none (said once) where that cannot be."""
+    from ..formats.catalog import check_path, default_path
     if args.no_catalog:
         return None
     if args.catalog:
+        check_path(args.catalog)
         return args.catalog
-    from ..formats.catalog import default_path
     path = default_path()
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot make {path.parent} for the phase catalogue ({exc.strerror}): "
-                        f"give --catalog FILE or --no-catalog") from None
+        check_path(str(path))
+    except (OSError, UserError) as exc:
+        if not args.quiet:
+            warn(f"no phase catalogue: {getattr(exc, 'strerror', None) or exc} at {path} "
+                 f"(give --catalog FILE, or --no-catalog)")
+        return None
     return str(path)
 
 

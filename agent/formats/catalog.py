@@ -61,6 +61,12 @@ class CatalogPhase:
     last_seen: float
 
 
+def _text(s: str) -> str:
+    """A name as SQLite and JSON keep it: bytes that are not UTF-8 (file
+    names, symbols) escaped as ``\\xNN``."""
+    return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def default_path() -> Path:
     """``$XDG_STATE_HOME/phasewatch/catalog.sqlite`` (``~/.local/state`` by default)."""
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
@@ -73,12 +79,12 @@ def program_key(executable: str) -> tuple[str, str]:
     path = os.path.realpath(executable)
     build_id = _build_id(path)
     if build_id:
-        return f"build-id:{build_id}", path
+        return f"build-id:{build_id}", _text(path)
     try:
         size = os.stat(path).st_size
     except OSError:
         size = 0
-    return f"path:{path}:{size}", path
+    return f"path:{_text(path)}:{size}", _text(path)
 
 
 def _build_id(path: str) -> str | None:
@@ -347,7 +353,7 @@ def _blob(a: np.ndarray, dtype) -> bytes:
 
 def _row(key: str, p: CatalogPhase) -> tuple:
     k = p.known
-    return (key, k.id, p.name, _blob(k.centroid, np.float64), _blob(k.members, np.int64),
+    return (key, k.id, _text(p.name), _blob(k.centroid, np.float64), _blob(k.members, np.int64),
             _blob(k.mean_samples, np.float64), k.joins, k.cpi_n, k.log_cpi, k.cpi_last,
             k.cpi_d2, p.intervals, p.first_seen, p.last_seen)
 

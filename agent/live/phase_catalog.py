@@ -4,9 +4,14 @@ each phase named from the code that dominates it."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 
+from ..errors import UserError
 from ..formats.catalog import Catalog, CatalogPhase, program_key, profile_key
+
+#: What the catalogue may raise that ends its use, never the run.
+CATALOG_ERRORS = (sqlite3.Error, OSError, UserError)
 
 #: A phase is named after its top function where that holds at least this
 #: share of its samples, else after its top two joined with ``+``.

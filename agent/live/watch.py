@@ -214,9 +214,13 @@ class Watch:
         """The program's known phases, given to the pipeline before its first interval."""
         if not self.options.catalog or not self.options.program:
             return None
-        from .phase_catalog import RunCatalog
-        catalog = RunCatalog(self.options.catalog, self.options.program, self.options.say)
-        catalog.seed(self.pipeline)
+        from .phase_catalog import CATALOG_ERRORS, RunCatalog
+        try:
+            catalog = RunCatalog(self.options.catalog, self.options.program, self.options.say)
+            catalog.seed(self.pipeline)
+        except CATALOG_ERRORS as exc:
+            self.options.say(f"phase catalogue {self.options.catalog} not used: {exc}")
+            return None
         return catalog
 
     def _names(self) -> dict[int, str]:
@@ -226,9 +230,14 @@ class Watch:
         ids = [r["phase"] for r in rows]
         if self.catalog is None:
             return name_phases(ids, self.functions, {})
+        from .phase_catalog import CATALOG_ERRORS
         names = self.catalog.name_new_phases(ids, self.functions)
-        self.catalog.save(self.pipeline, {r["phase"]: r["intervals"] for r in rows})
-        self.catalog.close()
+        try:
+            self.catalog.save(self.pipeline, {r["phase"]: r["intervals"] for r in rows})
+        except CATALOG_ERRORS as exc:
+            self.options.say(f"phase catalogue {self.options.catalog} not updated: {exc}")
+        finally:
+            self.catalog.close()
         return names
 
     def _trace(self):
