@@ -1,21 +1,24 @@
 """Held-out detection: phasewatch against SimPoint's method on real programs.
 
     python benchmarks/groundtruth.py --workdir DIR [--no-valgrind] [NAME ...]
-        [--samples 10,30,100] [--half tuning|test|both] [--detector vpf-ip]
+        [--samples 10,30,100] [--half tuning|test|unseen|both|all] [--detector vpf-ip]
         [--set FIELD=VALUE ...] [--seeds 3] [--jobs N] [--simpoint PATH] [--json FILE]
 
-Workloads (groundtruth_workloads.py): 13 programs, 12 of them on two inputs
-each (NAME-INPUT), split by program into a fixed tuning half and test half
-(``HALVES`` there):
+Workloads (groundtruth_workloads.py): 16 programs, 15 of them on two inputs
+each (NAME-INPUT), split by program into a fixed tuning half, test half and
+unseen set (``HALVES`` there):
 
 - tuning half: bzip2, xz-T2 (compressors), perl (interpreter), sqlite3
   (database), as (assembler), kvloop (a C request loop), closefns (control)
 - test half: gzip, zstd (compressors), python3 (interpreter), cc1 (compiler),
   node (JIT), grep (regular expressions)
+- unseen: sort, awk (mawk), bc: written after every setting was chosen.
 
 Choose detector settings on the tuning half (groundtruth_sweep.py runs a grid
-over it); the test half is the figure to report.  The test half's table is
-printed first; the tuning half's follows, labelled so.
+over it); the test half is the figure to report, and the unseen set checks
+it.  ``--half both`` is the tuning and test halves, ``all`` adds the unseen
+set.  The test half's table is printed first, then the unseen set's; the
+tuning half's follows, labelled so.
 
 1. valgrind exp-bbv, 100M-instruction intervals: basic-block vectors and the
    block addresses; valgrind's --trace-symtab log gives each object's
@@ -537,13 +540,16 @@ def chunks(n: int, k: int) -> np.ndarray:
     return (np.arange(n) * k // n).astype(np.int64)
 
 
+#: The order the halves are printed in: the figures to read first.
+HALF_ORDER = ("test", "unseen", "tuning")
+
 def select(names=(), which: str = "both", workdir: str | None = None,
            need_outputs: bool = False) -> list:
     out = []
     for w in WORKLOADS:
         if names and w.name not in names and w.program not in names:
             continue
-        if which != "both" and half(w) != which:
+        if which not in (half(w), "all") and not (which == "both" and half(w) != "unseen"):
             continue
         why = available(w)
         if why:
@@ -658,7 +664,7 @@ def fmt(x: float, digits: int = 2) -> str:
 def print_half(result: dict, run: int, names: list[str], title: str, densities, conditions,
                seeds: int, headline: int) -> None:
     prepared = result["prepared"]
-    note = "" if title == "test half" else " (settings may be fitted to it)"
+    note = " (settings may be fitted to it)" if title == "tuning half" else ""
     print(f"\n### {title}{note}: {len(names)} workloads, {headline} samples an interval\n")
     head = "| workload | intervals | SimPoint k | SimPoint CoV |"
     rule = "|---|---|---|---|"
@@ -736,7 +742,7 @@ def main() -> int:
                     help="use the valgrind outputs already in WORKDIR, run nothing new")
     ap.add_argument("--samples", type=int_list, default=list(DENSITIES),
                     help="IPs an interval, a list (default 10,30,100)")
-    ap.add_argument("--half", choices=("tuning", "test", "both"), default="both")
+    ap.add_argument("--half", choices=("tuning", "test", "unseen", "both", "all"), default="both")
     ap.add_argument("--conditions", default="pmu,ip-only", help="pmu, ip-only or both (default)")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE",
                     help="override a DetectorParams field (repeatable)")
@@ -751,7 +757,7 @@ def main() -> int:
     if not args.no_valgrind:
         for w in workloads:
             build(w, args.workdir, INTERVAL)
-    workloads = select([w.name for w in workloads], "both", args.workdir, need_outputs=True)
+    workloads = select([w.name for w in workloads], "all", args.workdir, need_outputs=True)
     if not workloads:
         print("no workloads with valgrind outputs", file=sys.stderr)
         return 1
@@ -772,13 +778,13 @@ def main() -> int:
     print(f"time: {elapsed:.0f} s ({result['timing']['replays']} replays; prepare "
           f"{result['timing']['prepare_s']:.0f} s, traces {result['timing']['traces_s']:.0f} s, "
           f"labelling {result['timing']['label_s']:.0f} s)")
-    for which in ("test", "tuning"):
+    for which in HALF_ORDER:
         names = [w.name for w in workloads if half(w) == which]
         if names:
             print_half(result, 0, names, f"{which} half", args.samples, conditions, args.seeds, headline)
     if args.json:
         summaries = {}
-        for which in ("test", "tuning"):
+        for which in HALF_ORDER:
             names = [w.name for w in workloads if half(w) == which]
             for d in args.samples:
                 for c in conditions:

@@ -16,12 +16,15 @@ both inputs of a program in the same half):
   (database), as (assembler), kvloop (a C request loop), closefns (control)
 - test half: gzip, zstd (compressors), python3 (interpreter), cc1 (compiler),
   node (JIT), grep (regular expressions)
+- unseen: sort (coreutils), awk (mawk), bc: added after every setting was
+  chosen and scored once, to check the test half (a rule was once made after
+  looking at it: docs/detection.md)
 
 Detector settings may be chosen on the tuning half; figures are reported on
-the test half.
+the test half and the unseen set.
 
 Programs from Debian packages: bzip2, gzip, xz-utils, zstd, perl, sqlite3,
-nodejs, python3, grep, binutils (as) and gcc-12 (cc1; kvloop and closefns are
+nodejs, python3, grep, coreutils (sort), mawk, bc, binutils (as) and gcc-12 (cc1; kvloop and closefns are
 built with gcc).  ``available()`` says which package a missing one is in.
 """
 
@@ -59,6 +62,7 @@ HALVES = {
     "as": "tuning", "kvloop": "tuning", "closefns": "tuning",
     "gzip": "test", "zstd": "test", "python3": "test", "cc1": "test", "node": "test",
     "grep": "test",
+    "sort": "unseen", "awk": "unseen", "bc": "unseen",
 }
 
 
@@ -647,6 +651,122 @@ def closefns(path: str, scale: float) -> None:
 _GREP_LOGS = r"\b(\w+)\b.*\b\1\b"
 _GREP_SRC = r"([a-z]{3})[a-z_]*\b.*\1"
 
+# ---------------------------------------------------------------- the unseen half
+# Written after every setting was chosen, and scored once: sort, awk, bc.
+
+def sort_lines(kind: str, seed: int):
+    """Lines for sort: CSV records with a text key (``csv``), or words, numbers
+    and long lines mixed (``mixed``)."""
+    def write(path: str, scale: float) -> None:
+        rng = random.Random(seed)
+        n = int(1_500_000 * scale)
+        with open(path, "w") as f:
+            for i in range(n):
+                if kind == "csv":
+                    f.write(f"{rng.randrange(10**6)},{rng.choice(_WORDS)}{i % 977},"
+                            f"{''.join(rng.choice('ACGT') for _ in range(12))},{rng.random():.6f}\n")
+                elif i % 3 == 0:
+                    f.write(f"{rng.uniform(-1e6, 1e6):.3f}\n")
+                elif i % 3 == 1:
+                    f.write(" ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 20))) + "\n")
+                else:
+                    f.write(f"{rng.randrange(10**9):x}-{rng.choice(_WORDS)}\n")
+    return write
+
+
+AWK_FIELDS = """BEGIN {
+    srand(5); n = int(%(n)d)
+    # part 1: build records, split them into fields, count in an associative array
+    for (i = 0; i < n; i++) {
+        line = sprintf("%%d,k%%d,%%s,%%.3f", i, (i * 7919) %% 10007, substr("abcdefghij", 1 + i %% 10), rand())
+        split(line, f, ",")
+        count[f[2]] += f[4]
+    }
+    # part 2: floating-point arithmetic
+    acc = 0
+    for (i = 1; i < n * 6; i++) acc += sqrt(i) * ((i %% 8) - 3.5) / i
+    # part 3: string functions
+    s = ""
+    for (i = 0; i < n / 4; i++) {
+        t = sprintf("word%%d and word%%d", i, i * 3)
+        gsub(/word/, "w", t)
+        s = s substr(t, 1, 2)
+        if (length(s) > 1000) s = ""
+    }
+    print length(count), acc, length(s)
+}
+"""
+
+AWK_OTHER = """BEGIN {
+    srand(9); n = int(%(n)d)
+    # part 1: string building and matching
+    hits = 0
+    for (i = 0; i < n; i++) {
+        t = sprintf("GET /item/%%d?user=%%d HTTP/1.1 %%d", i %% 5003, i %% 71, 200 + i %% 3)
+        if (match(t, /user=[0-9]+/)) hits += RLENGTH
+        u = toupper(substr(t, 5, 9))
+    }
+    # part 2: an insertion sort on short arrays
+    for (r = 0; r < n / 200; r++) {
+        for (j = 1; j <= 60; j++) a[j] = (r * j * 2654435761) %% 1000
+        for (j = 2; j <= 60; j++) { v = a[j]; k = j - 1
+            while (k > 0 && a[k] > v) { a[k + 1] = a[k]; k-- }
+            a[k + 1] = v }
+    }
+    # part 3: integer arithmetic with modulo
+    x = 1
+    for (i = 0; i < n * 4; i++) x = (x * 31 + i) %% 1000003
+    print hits, a[1], x
+}
+"""
+
+
+def awk_program(template: str):
+    def write(path: str, scale: float) -> None:
+        with open(path, "w") as f:
+            f.write(template % {"n": int(400_000 * scale)})
+    return write
+
+
+BC_SERIES = """scale = %(digits)d
+/* part 1: arctangent series for pi, at many digits */
+p = 16 * a(1/5) - 4 * a(1/239)
+/* part 2: integer factorials and their digit sums */
+scale = 0
+t = 0
+for (i = 1; i <= %(facts)d; i++) { f = 1; for (j = 2; j <= i; j++) f *= j; t += f %% 1000007 }
+/* part 3: square roots at many digits */
+scale = %(digits)d
+s = 0
+for (i = 2; i <= %(roots)d; i++) s += sqrt(i)
+t
+quit
+"""
+
+BC_OTHER = """/* part 1: integer powers modulo a prime */
+scale = 0
+r = 0
+for (i = 1; i <= %(pows)d; i++) r = (r + (i ^ 40) %% 1000003) %% 1000003
+/* part 2: exponentials and logarithms at many digits */
+scale = %(digits)d
+e = 0
+for (i = 1; i <= %(exps)d; i++) e += l(i) * e(1 / i)
+/* part 3: long division */
+d = 0
+for (i = 1; i <= %(divs)d; i++) d += 1 / (i * 7 + 3)
+r
+quit
+"""
+
+
+def bc_script(template: str, **sizes: int):
+    def write(path: str, scale: float) -> None:
+        with open(path, "w") as f:
+            f.write(template % {k: max(int(v * scale), 2) if k != "digits" else v
+                                for k, v in sizes.items()})
+    return write
+
+
 WORKLOADS = (
     # ---- tuning half
     Workload("bzip2-mixed", "bzip2", "bzip2 -9 -c on 6 sections: text, random bytes, CSV, long runs, "
@@ -725,6 +845,23 @@ WORKLOADS = (
     Workload("grep-source", "grep", "grep -E -o -i, another back-reference pattern, over C-like source, JSON lines, "
              "DNA lines and short random lines", ("grep", "-E", "-o", "-i", _GREP_SRC, "{input}"),
              grep_source, scale=0.1, package="grep"),
+    # ---- unseen half (written after the settings were chosen; scored once)
+    Workload("sort-csv", "sort", "sort one thread on CSV records by a text field then a number",
+             ("sort", "--parallel=1", "-S", "1G", "-t,", "-k3,3", "-k1,1n", "-o", "{out}", "{input}"),
+             sort_lines("csv", 71), package="coreutils"),
+    Workload("sort-mixed", "sort", "sort -g one thread on numbers, word lines and hex keys mixed",
+             ("sort", "--parallel=1", "-S", "1G", "-g", "-o", "{out}", "{input}"),
+             sort_lines("mixed", 72), scale=0.6, package="coreutils"),
+    Workload("awk-fields", "awk", "mawk: records split into an associative array, float loop, "
+             "gsub and sprintf", ("mawk", "-f", "{input}"), awk_program(AWK_FIELDS), scale=4.0, package="mawk"),
+    Workload("awk-requests", "awk", "mawk: request lines matched, insertion sorts, integer modulo loop",
+             ("mawk", "-f", "{input}"), awk_program(AWK_OTHER), scale=4.0, package="mawk"),
+    Workload("bc-series", "bc", "bc -l: arctangent series for pi, factorials, square roots",
+             ("bc", "-lq", "{input}"), bc_script(BC_SERIES, digits=1000, facts=400, roots=150),
+             package="bc"),
+    Workload("bc-exp-log", "bc", "bc -l: modular powers, exponentials and logarithms, long division",
+             ("bc", "-lq", "{input}"), bc_script(BC_OTHER, pows=20000, digits=400, exps=120, divs=20000),
+             scale=0.4, package="bc"),
 )
 
 BY_NAME = {w.name: w for w in WORKLOADS}

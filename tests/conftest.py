@@ -18,8 +18,16 @@ settings.register_profile("phasewatch", deadline=None)
 settings.load_profile("phasewatch")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def module_phase_catalog(tmp_path_factory):
+    """A module's fixtures keep their phase catalogue apart ($XDG_STATE_HOME)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+        yield
+
+
 @pytest.fixture(autouse=True)
-def own_phase_catalog(tmp_path_factory, monkeypatch):
+def own_phase_catalog(tmp_path_factory, monkeypatch, module_phase_catalog):
     """Each test's runs keep their phase catalogue apart ($XDG_STATE_HOME):
     phases learnt by one test never seed another's."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))

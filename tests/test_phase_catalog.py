@@ -56,6 +56,22 @@ def test_each_part_keeps_its_id_and_name_in_every_run(sequence, tmp_path, orders
                for ids in runs), runs
 
 
+def test_a_recording_replays_to_the_ids_its_run_took_from_the_catalogue(sequence, tmp_path):
+    catalog = tmp_path / "catalog.sqlite"
+    run(sequence, "CAB", tmp_path, catalog)
+    trace, live = tmp_path / "t.arrow", tmp_path / "live.jsonl"
+    proc = subprocess.run([*PHASEWATCH, "run", "-q", "--detector", "vpf-ip", "--catalog",
+                           str(catalog), "--record", str(trace), "--output", str(live), "--",
+                           str(sequence), "BA", "0.5"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    replayed = tmp_path / "replay.jsonl"
+    proc = subprocess.run([*PHASEWATCH, "replay", str(trace), "--output", str(replayed)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert replayed.read_text() == live.read_text()
+    assert {json.loads(line)["phase"] for line in live.read_text().splitlines()} >= {1, 2}
+
+
 def test_without_the_catalogue_ids_follow_the_order_of_appearance(sequence, tmp_path):
     first = run(sequence, "CAB", tmp_path, None)["ids"]
     assert first["fc"] == 0 and first["fa"] == 1 and first["fb"] == 2

@@ -122,6 +122,25 @@ class KnownPhase:
     cpi_d2: float = 0.0         # squared differences of successive members' log CPI
 
 
+def known_phase_dict(p: KnownPhase) -> dict:
+    """A known phase as trace metadata keeps it: the centroid sparse (the
+    code signature is mostly zeros)."""
+    nonzero = np.flatnonzero(p.centroid)
+    return {"id": p.id, "width": len(p.centroid), "index": nonzero.tolist(),
+            "value": p.centroid[nonzero].tolist(), "members": p.members.tolist(),
+            "mean_samples": p.mean_samples.tolist(), "joins": p.joins, "cpi_n": p.cpi_n,
+            "log_cpi": p.log_cpi, "cpi_last": p.cpi_last, "cpi_d2": p.cpi_d2}
+
+
+def known_phase_of(d: dict) -> KnownPhase:
+    centroid = np.zeros(int(d["width"]))
+    centroid[np.asarray(d["index"], np.int64)] = np.asarray(d["value"], np.float64)
+    return KnownPhase(int(d["id"]), centroid, np.asarray(d["members"], np.int64),
+                      np.asarray(d["mean_samples"], np.float64), int(d["joins"]),
+                      int(d["cpi_n"]), float(d["log_cpi"]), float(d["cpi_last"]),
+                      float(d["cpi_d2"]))
+
+
 class ClassifierState:
     """Centroids, candidates and the threshold, grown as phases appear."""
 

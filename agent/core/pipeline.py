@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .batch import KERNEL_START, SampleBatch
-from .classify import MATCHED, TENTATIVE, ClassifierState, classify, interval_log_cpi
+from .classify import (MATCHED, TENTATIVE, ClassifierState, classify, interval_log_cpi,
+                       known_phase_dict, known_phase_of)
 from .codemap import CodeMap
 from .cpumodels import FALLBACK_BASE_HZ
 from .decode import COUNTERS, PROFILE_COUNTERS, DecoderState, decode
@@ -178,11 +179,34 @@ class Pipeline:
     def for_trace(cls, meta: dict, params: Params) -> "Pipeline":
         """The pipeline for samples described by trace metadata ``meta``: the
         one constructor live runs and replay share, so that both decode alike."""
-        return cls(params, base_mhz=meta.get("base_freq_mhz") or FALLBACK_BASE_HZ / 1e6,
-                   voltage_from_perf_status=(meta.get("voltage_source")
-                                             or cpu_model_of(meta).voltage_source) == "perf_status",
-                   counter_scope=meta.get("counter_scope", "cpu"),
-                   mappings=meta.get("mappings"))
+        pipeline = cls(params, base_mhz=meta.get("base_freq_mhz") or FALLBACK_BASE_HZ / 1e6,
+                       voltage_from_perf_status=(meta.get("voltage_source")
+                                                 or cpu_model_of(meta).voltage_source)
+                       == "perf_status",
+                       counter_scope=meta.get("counter_scope", "cpu"),
+                       mappings=meta.get("mappings"))
+        pipeline.start_from(meta.get("known_phases"))
+        return pipeline
+
+    @property
+    def profile(self) -> str:
+        """What phases are comparable under: the detector and the profile's layout."""
+        return (f"{self.params.detector.detector}:"
+                + ",".join(str(int(b)) for b in self.layout.bounds))
+
+    def start_from(self, known: dict | None) -> None:
+        """Start from the phases a recording's run started from (its
+        ``known_phases``: the catalogue's), where they are of this profile, so
+        that a replay gives the run's ids."""
+        if not known or known.get("profile") != self.profile:
+            return
+        self.classifier.seed([known_phase_of(p) for p in known.get("phases", [])],
+                             int(known.get("next_id", 0)))
+
+    def known_phases(self) -> dict:
+        """The phases this pipeline knows now, as :meth:`start_from` takes them."""
+        return {"profile": self.profile, "next_id": self.classifier.next_id,
+                "phases": [known_phase_dict(p) for p in self.classifier.known()]}
 
     def set_mappings(self, mappings: list[dict]) -> None:
         """Executable mappings learnt while running (each new one with the

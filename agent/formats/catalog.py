@@ -102,11 +102,6 @@ def _build_id(path: str) -> str | None:
     return None
 
 
-def profile_key(detector: str, bounds) -> str:
-    """Phases are comparable only under the same detector and profile layout."""
-    return f"{detector}:{','.join(str(int(b)) for b in bounds)}"
-
-
 def profile_distance_of(profile: str):
     """The distance of two known phases under a profile key: the largest
     segment distance over the detector's segments both have."""

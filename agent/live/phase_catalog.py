@@ -8,7 +8,7 @@ import sqlite3
 import time
 
 from ..errors import UserError
-from ..formats.catalog import Catalog, CatalogPhase, program_key, profile_key
+from ..formats.catalog import Catalog, CatalogPhase, program_key
 
 #: What the catalogue may raise that ends its use, never the run.
 CATALOG_ERRORS = (sqlite3.Error, OSError, UserError)
@@ -62,7 +62,7 @@ class RunCatalog:
         """Start the pipeline's classifier from the program's known phases."""
         if not self.catalog.usable:
             return
-        self.profile = profile_key(pipeline.params.detector.detector, pipeline.layout.bounds)
+        self.profile = pipeline.profile
         key = f"{self.program}|{self.profile}"
         known = self.catalog.phases(key)
         pipeline.classifier.seed([p.known for p in known], self.catalog.next_id(key))

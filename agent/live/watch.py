@@ -143,6 +143,8 @@ class Watch:
         self.meta = self._metadata()
         self.pipeline = self._pipeline()
         self.catalog = self._catalog()
+        if self.pipeline.classifier.live:       # a recording replays from the same phases
+            self.meta["known_phases"] = self.pipeline.known_phases()
         self.meta["detection"] = self.settings.recorded()
         self.tree = TreeSymbolizer(self.symbolizer)
         tree_watch = TreeWatch(self.tree, also=[pinning.look]).start()
