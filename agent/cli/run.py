@@ -37,7 +37,7 @@ from ..core.batch import ID_RANGES
 from ..core.detectors import SAMPLE_DETECTORS
 from ..core.settings import DetectionSettings
 from ..errors import UserError
-from ..formats.outputs import check_outputs, open_output
+from ..formats.outputs import Recording, check_outputs, open_output
 from ..formats.sidetable import check_side_table_output
 from ..live.attach import Attached
 from ..live.child import Child
@@ -147,7 +147,8 @@ def check_arguments(args, program: str | None) -> DetectionSettings:
     settings = settings_of(args)
     msr.device_path(args.msr_path, 0)
     args.program = program
-    check_outputs([args.record, args.output, json_file(args), args.pprof], inputs=[args.program])
+    record = Recording(args.record) if args.record else None
+    check_outputs([record, args.output, json_file(args), args.pprof], inputs=[args.program])
     if args.powercap_root:
         from ..live.phase_energy import EnergyMeter
         EnergyMeter.open(args.powercap_root)
