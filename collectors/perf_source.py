@@ -119,6 +119,7 @@ class PerfSource:
         self._poll_ms = poll_ms
         self._closed = False
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._pidfd = _pidfd_of(pid)
         self._groups: list[_Group] = []
         self._specs = dict(EVENTS)
         self._value_index: dict[str, int] = {}
@@ -267,7 +268,7 @@ class PerfSource:
         while not self._closed and not self._ended:
             events = poller.poll(self.poll_ms)
             if any(ev & select.POLLHUP for fd, ev in events if fd != self._wake):
-                self._ended = self._target_gone()
+                self._ended = self._ended or self._target_gone()
             batch = self.read()
             if len(batch):
                 yield batch
@@ -286,8 +287,12 @@ class PerfSource:
         return SampleBatch(cols)
 
     def _target_gone(self) -> bool:
+        """Whether the watched process has ended: by its pidfd where the
+        kernel has one (its number may already be another process's)."""
         if self.pid is None:
             return False
+        if self._pidfd is not None:
+            return bool(select.select([self._pidfd], [], [], 0)[0])
         try:
             with open(f"/proc/{self.pid}/stat") as f:
                 return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
@@ -297,9 +302,11 @@ class PerfSource:
     def stop(self) -> None:
         """End :meth:`batches` now (an attached watch interrupted)."""
         self._ended = True
+        if self._wake < 0:      # closed already
+            return
         try:
             os.eventfd_write(self._wake, 1)
-        except OSError:       # closed already
+        except OSError:
             pass
 
     def stats(self) -> dict[str, int]:
@@ -315,6 +322,9 @@ class PerfSource:
         if self._wake >= 0:
             os.close(self._wake)
             self._wake = -1
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
     def _close_fds(self) -> None:
         for group in self._groups:
@@ -333,6 +343,13 @@ class PerfSource:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _pidfd_of(pid: int | None) -> int | None:
+    try:
+        return None if pid is None else os.pidfd_open(pid)
+    except (AttributeError, OSError):     # gone already, or a kernel before 5.3
+        return None
 
 
 def interval_ends(pid: int | None = None, cpus: list[int] | None = None,

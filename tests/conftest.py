@@ -62,7 +62,8 @@ def fuzz_count():
 
 #: Files of named hostile-input cases, whose passing count the summary shows.
 HOSTILE_FILES = ("test_robust.py", "test_hostile_files.py", "test_hostile_inputs.py",
-                 "test_daemon_hostile.py")
+                 "test_daemon_hostile.py", "test_hostile_outputs.py", "test_hostile_processes.py",
+                 "test_hostile_targets.py")
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -101,7 +101,7 @@ def run(args) -> int:
     settings = check_arguments(args, resolve_command(argv[0]))
     relay = TerminalRelay() if relay_wanted() and not args.quiet else None
     with Child.start(argv, cpu=args.cpu, pin=not args.no_pin,
-                     stdio=relay.slaves if relay else None) as child:
+                     stdio=relay.slaves if relay else None, adopt_orphans=True) as child:
         if relay:
             relay.started()
         source = open_source(args.source, pid=child.pid,
