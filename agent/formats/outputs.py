@@ -95,6 +95,24 @@ def _is_output(file: str, other: str, table_of: str | None, other_table_of: str 
             f"too: give each output its own name")
 
 
+def check_ipc_endpoint(endpoint: str, option: str) -> None:
+    """Refuse a ZeroMQ ``ipc://PATH`` to bind where PATH exists and is not a
+    socket: libzmq unlinks whatever is at PATH before it binds.  Other
+    endpoints (tcp, an abstract ``ipc://@NAME``) name no file."""
+    scheme, _, path = endpoint.partition("://")
+    if scheme != "ipc" or not path or path.startswith("@"):
+        return
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UserError(f"{option} {endpoint}: cannot use {path}: {exc.strerror}") from None
+    if not stat.S_ISSOCK(st.st_mode):
+        raise UserError(f"{option} {endpoint}: {path} exists and is not a socket, and binding "
+                        f"would delete it: give another path")
+
+
 def _same_file(a: str, b: str) -> bool:
     try:
         return os.path.samefile(a, b)
