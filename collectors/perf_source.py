@@ -53,10 +53,11 @@ EVENTS = {
 }
 
 
-def privilege_error(exc: OSError, what: str) -> UserError:
-    """The one-line message for a perf_event_open that was refused."""
+def privilege_error(exc: OSError, what: str, **context) -> UserError:
+    """The one-line message for a perf_event_open that was refused
+    (``context``: what :func:`.perf_event.advice` takes)."""
     kind = MissingPrivilege if exc.errno in (errno.EACCES, errno.EPERM) else UserError
-    return kind(pe.advice(exc, what))
+    return kind(pe.advice(exc, what, **context))
 
 
 def sample_period(event: str, rate_hz: int, cycles_hz: float) -> int:
@@ -178,7 +179,9 @@ class PerfSource:
                 self._close_fds()
                 if exc.errno in NO_EVENT and i + 1 < len(candidates):
                     continue
-                raise privilege_error(exc, f"sampling {name}") from None
+                raise privilege_error(exc, f"sampling {name}", pid=self.pid,
+                                      allowed_at=self._allowed_at(kernel=self.include_kernel)
+                                      ) from None
         raise AssertionError("unreachable")
 
     def _open_all(self, name: str, wanted: list[str], pages: int) -> tuple[str, ...]:
@@ -218,12 +221,21 @@ class PerfSource:
             if exc.errno in NO_EVENT or exc.errno in (errno.EACCES, errno.EPERM):
                 self.not_opened[member] = (f"not in a group sampling {name}: " +
                                            pe.advice(exc, f"counting {member}",
-                                                     virtual=read_cpuinfo().hypervisor))
+                                                     virtual=read_cpuinfo().hypervisor,
+                                                     allowed_at=self._allowed_at(
+                                                         kernel=member in perf_msr.EVENT_COLUMNS),
+                                                     pid=self.pid))
                 return False
             raise
         for fd in group.fds:
             os.close(fd)
         return True
+
+    def _allowed_at(self, kernel: bool) -> int:
+        """The highest perf_event_paranoid that lets a user open our events."""
+        if self.pid is None:
+            return pe.ALLOWED_AT["cpu"]
+        return pe.ALLOWED_AT["process" if kernel else "process-user"]
 
     def _sample_type(self, members) -> int:
         return SAMPLE_TYPE | (pe.SAMPLE_READ if members else 0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -163,3 +164,24 @@ def test_run_pid_ends_when_its_process_ends_though_the_number_is_taken_again():
         if successor is not None:
             successor.kill()
             successor.wait()
+
+
+# --- what run says of a process it may not watch ------------------------------------------
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root and setpriv to become another user")
+def test_run_pid_on_another_users_process_never_advises_a_setting_it_already_has(tmp_path):
+    target = subprocess.Popen(["sleep", "60"])       # root's
+    try:
+        proc = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                               "env", f"HOME={tmp_path}", str(BIN), "run", "--pid",
+                               str(target.pid)], capture_output=True, text=True, timeout=120,
+                              cwd="/")
+    finally:
+        target.kill()
+        target.wait()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    now = int(Path("/proc/sys/kernel/perf_event_paranoid").read_text())
+    advised = [int(n) for n in re.findall(r"perf_event_paranoid=(-?\d+)\)", proc.stderr)]
+    assert all(n < now for n in advised), (now, proc.stderr)
+    assert f"pid {target.pid} is another user's process" in proc.stderr, proc.stderr
