@@ -202,3 +202,13 @@ def test_replay_of_a_folder_of_one_trace_writes_its_results_into_a_folder(own_re
     assert out.is_dir()
     assert [p.name for p in out.iterdir()] == ["a.jsonl"]
     assert (out / "a.jsonl").read_bytes() == alone.read_bytes()
+
+
+def test_run_refuses_a_recording_where_its_report_goes(tmp_path):
+    folder = tmp_path / "report"
+    marker = tmp_path / "ran"
+    proc = phasewatch("run", "--no-pin", "--record", folder / "index.html", "--report", folder,
+                      "--", "touch", marker)
+    refused(proc, "named as two outputs")
+    assert not marker.exists(), "the command ran"
+    assert list(folder.iterdir()) == []

@@ -39,7 +39,8 @@ def run(args) -> int:
     traces = trace_paths(args.trace)
     many = len(traces) > 1 or args.per_cpu or any(os.path.isdir(p) for p in args.trace)
     if args.pprof and many:
-        raise UserError("--pprof takes one trace, replayed whole: drop --per-cpu or give one trace")
+        raise UserError("--pprof takes one trace, replayed whole: give one trace file (not a "
+                        "folder), without --per-cpu")
     options = ReplayOptions(given_settings(args), output=args.output, pprof=args.pprof,
                             labels=args.labels, base_mhz=args.base_mhz)
     if many:      # a folder stands for its traces, however many: --output names a folder

@@ -147,16 +147,19 @@ def check_arguments(args, program: str | None) -> DetectionSettings:
     settings = settings_of(args)
     msr.device_path(args.msr_path, 0)
     args.program = program
+    report = []
+    if args.report:
+        from ..report.folder import check_report_dir, report_files
+        check_report_dir(args.report)
+        report = report_files(args.report)
     record = Recording(args.record) if args.record else None
-    check_outputs([record, args.output, json_file(args), args.pprof], inputs=[args.program])
+    check_outputs([record, args.output, json_file(args), args.pprof, *report],
+                  inputs=[args.program])
     if args.powercap_root:
         from ..live.phase_energy import EnergyMeter
         EnergyMeter.open(args.powercap_root)
     if args.record:
         check_side_table_output(args.record, inputs=[args.program, args.output])
-    if args.report:
-        from ..report.folder import check_report_dir
-        check_report_dir(args.report)
     return settings
 
 
