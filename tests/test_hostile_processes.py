@@ -70,14 +70,13 @@ def wait_for_perf_events(pid: int, timeout: float = 60.0) -> None:
 def test_a_daemonizing_command_ends_the_run_when_it_ends_and_is_named(tmp_path):
     summary = tmp_path / "s.json"
     daemon = "sleep 61.25"
-    started = time.monotonic()
     proc = subprocess.run([str(BIN), "run", "--no-pin", "--json", str(summary), "--", "sh", "-c",
                            f'setsid sh -c "{daemon}" >/dev/null 2>&1 </dev/null & exit 0'],
                           capture_output=True, text=True, timeout=120)
     pids = left_running(proc.stderr) if "left" in proc.stderr else []
     try:
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
-        assert time.monotonic() - started < 30, "run waited for the daemon"
+        # Still running when run returned: run did not wait for it.
         commands = {pid: " ".join(psutil.Process(pid).cmdline()) for pid in pids}
         assert daemon in commands.values(), (commands, proc.stderr)
         result = json.loads(summary.read_text())

@@ -192,7 +192,7 @@ class Daemon:
                 w.tick()
             if self.energy is not None:     # windows that no interval will close
                 self.energy.settle()
-            self._drop_finished()
+            self._drop_finished(reported_end)
         if now - self._last_scan >= self.config.rescan_seconds:
             self._last_scan = now
             self._rescan()
@@ -265,10 +265,11 @@ class Daemon:
             source.close()
             raise
 
-    def _drop_finished(self) -> None:
-        """Workers of processes that ended, once their targets have left the metrics."""
+    def _drop_finished(self, reported_end: set) -> None:
+        """Workers of processes that ended (and were said to), once their targets have
+        left the metrics."""
         done = [w for w in self.workers if w.ended.is_set() and w.pid is not None
-                and not w.targets.by_name]
+                and w.name in reported_end and not w.targets.by_name]
         for w in done:
             self._stop_worker(w, timeout=0.1)
             self.workers.remove(w)
