@@ -86,6 +86,7 @@ class Child:
         # thread while that thread is inside _reap.
         self._reap_lock = threading.RLock()
         self._pidfd = _pidfd_open(pid)
+        self._not_its: set[int] = set()     # processes of this one's own, not the command's
 
     # -- starting ------------------------------------------------------------
 
@@ -108,6 +109,7 @@ class Child:
         cpu = choose_cpu(cpu) if pin else None
         if adopt_orphans:
             _LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        not_its = set(descendants(os.getpid()))
         gate_r, gate_w = os.pipe()
         err_r, err_w = os.pipe()
         parent = os.getpid()
@@ -119,7 +121,9 @@ class Child:
         os.close(err_w)
         if cpu is not None:  # set from here, so it is in force when start() returns
             os.sched_setaffinity(pid, {cpu})
-        return cls(pid, argv, path, cpu, gate_w, err_r)
+        child = cls(pid, argv, path, cpu, gate_w, err_r)
+        child._not_its = not_its
+        return child
 
     @classmethod
     def run(cls, argv: Sequence[str], **kwargs) -> "Child":
@@ -188,7 +192,7 @@ class Child:
         they are this process's children now, and their own descendants."""
         agent = os.getpid()
         return [pid for pid in descendants(agent)
-                if pid not in (agent, self.pid) and not ended(pid)]
+                if pid not in self._not_its and pid not in (agent, self.pid) and not ended(pid)]
 
     # -- stopping ------------------------------------------------------------
 
