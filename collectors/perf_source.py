@@ -26,7 +26,7 @@ import numpy as np
 from phasewatch.core.batch import SampleBatch
 from phasewatch.errors import MissingPrivilege, UserError
 
-from . import perf_event as pe, perf_msr
+from . import perf_event as pe, perf_msr, procfs
 from .cpuinfo import base_frequency_hz, online_cpus, read_cpuinfo
 
 SAMPLE_TYPE = pe.SAMPLE_IP | pe.SAMPLE_TID | pe.SAMPLE_TIME | pe.SAMPLE_CPU | pe.SAMPLE_PERIOD
@@ -305,11 +305,7 @@ class PerfSource:
             return False
         if self._pidfd is not None:
             return bool(select.select([self._pidfd], [], [], 0)[0])
-        try:
-            with open(f"/proc/{self.pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-        except OSError:
-            return True
+        return not procfs.alive(self.pid)
 
     def stop(self) -> None:
         """End :meth:`batches` now (an attached watch interrupted)."""

@@ -22,6 +22,9 @@ where it offers nothing), and an ``open`` that starts it for a target.
 ``powercap``
     RAPL package energy from sysfs: added to the ``msr`` sampler, not a
     source on its own.
+``hwmon``
+    Core voltage from hwmon (AMD Zen: k10temp's ``Vcore``), on CPUs whose
+    voltage no register reports: added to the ``msr`` sampler likewise.
 
 ``auto`` takes ``kmod`` where the module is loaded, else ``msr`` where the MSR
 device answers (with a register perf does not give), else ``perf``.
@@ -48,13 +51,14 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable
 
 from phasewatch.core import registers
 from phasewatch.errors import UserError
 
-from . import budget, msr, perf_msr, powercap
+from . import budget, hwmon, msr, perf_msr, powercap
 from .cpuinfo import online_cpus, package_of, read_cpuinfo
 
 #: The entries that can stand alone, in the order ``auto`` tries them.
@@ -77,6 +81,7 @@ class Host:
     msr_path: str = msr.DEFAULT_PATH
     kmod_device: str = "/dev/phasewatch"
     powercap_root: str = powercap.DEFAULT_ROOT
+    hwmon_root: str = hwmon.DEFAULT_ROOT
     sys_root: str = "/sys"
 
 
@@ -280,6 +285,11 @@ def open_sampler(host: Host, target: Target):
                                              host.powercap_root))
     else:
         not_taken["powercap"] = energy.reason
+    voltage = check_hwmon(host)
+    if voltage.available:
+        readers.append(hwmon.VoltageReader(len(cpus), Path(voltage.detail)))
+    elif model.voltage_source == "hwmon":
+        not_taken["hwmon"] = voltage.reason
     sampler = Sampler(cpus, readers, rate_hz=target.rate_hz,
                       metadata={"cpu_model": model.key, "not_taken": not_taken})
     fit_register_rate(sampler, target.rate_hz)
@@ -345,3 +355,22 @@ def check_powercap(host: Host) -> Offer:
     except (OSError, ValueError) as exc:
         return Offer("powercap", reason=f"cannot read {zone.path}/energy_uj: {exc}")
     return Offer("powercap", ("energy_pkg_uj",), zone.path)
+
+
+# --- hwmon ---------------------------------------------------------------------
+
+@register("hwmon", "core voltage from hwmon where no register reports it, added to the msr sampler")
+def check_hwmon(host: Host) -> Offer:
+    model = read_cpuinfo().cpu_model()
+    if model.voltage_source != "hwmon" or not model.hwmon_voltage:
+        return Offer("hwmon", reason=f"{model.description}: core voltage does not come from hwmon")
+    driver, label = model.hwmon_voltage
+    found = hwmon.find_input(driver, label, root=host.hwmon_root)
+    if found is None:
+        return Offer("hwmon", reason=f"no {driver} hwmon input {label!r} under {host.hwmon_root}: "
+                                     f"load the driver (modprobe {driver})")
+    try:
+        hwmon.read_volts(found)
+    except (OSError, ValueError) as exc:
+        return Offer("hwmon", reason=f"cannot read {found}: {exc}")
+    return Offer("hwmon", ("vcore_mv",), str(found))

@@ -18,6 +18,13 @@ settings.register_profile("phasewatch", deadline=None)
 settings.load_profile("phasewatch")
 
 
+@pytest.fixture(autouse=True)
+def own_phase_catalog(tmp_path_factory, monkeypatch):
+    """Each test's runs keep their phase catalogue apart ($XDG_STATE_HOME):
+    phases learnt by one test never seed another's."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
 @pytest.fixture(scope="session")
 def abab(tmp_path_factory) -> Path:
     """The A-B-A test program (tests/workloads/abab.c), compiled once per session
@@ -62,7 +69,8 @@ def fuzz_count():
 
 #: Files of named hostile-input cases, whose passing count the summary shows.
 HOSTILE_FILES = ("test_robust.py", "test_hostile_files.py", "test_hostile_inputs.py",
-                 "test_daemon_hostile.py", "test_hostile_outputs.py", "test_hostile_processes.py",
+                 "test_daemon_hostile.py", "test_hostile_bytes.py", "test_hostile_markup.py",
+                 "test_hostile_stdio.py", "test_hostile_outputs.py", "test_hostile_processes.py",
                  "test_hostile_targets.py")
 
 

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from test_collectors_msr import template, write_msrs
 
-from phasewatch.collectors import budget, msr, powercap, registry, tick_loop
+from phasewatch.collectors import budget, hwmon, msr, powercap, registry, tick_loop
 from phasewatch.collectors.sampler import Sampler
 from phasewatch.core.batch import MISSING, concat
+from phasewatch.core.decode import F, DecoderState, decode
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +189,27 @@ def test_registers_join_ip_samples_however_far_the_budget_lowers_their_rate(tmp_
         assert merged._tolerance() == 200_000_000
     finally:
         sampler.close()
+
+
+def test_hwmon_core_voltage_is_sampled_and_decoded(tmp_path, library):
+    """AMD Zen's core voltage (k10temp's Vcore, in mV) read each tick beside
+    the registers, by the compiled loop and the Python one alike, and decoded
+    as the voltage where no register reports it."""
+    for n, (name, label, value) in enumerate((("nvme", "Composite", "38000"),
+                                               ("k10temp", "Vcore", "1093"))):
+        dev = tmp_path / "hwmon" / f"hwmon{n}"
+        dev.mkdir(parents=True)
+        (dev / "name").write_text(name + "\n")
+        (dev / "in0_label").write_text(label + "\n")
+        (dev / "in0_input").write_text(value + "\n")
+    found = hwmon.find_input("k10temp", "Vcore", root=str(tmp_path / "hwmon"))
+    assert found == tmp_path / "hwmon" / "hwmon1" / "in0_input"
+    write_msrs(tmp_path / "cpu0" / "msr", {"tsc": 5, "aperf": 3, "mperf": 3})
+    for compiled in (True, False):
+        readers = [msr.MsrReader([0], ("aperf", "mperf", "tsc"), template(tmp_path)),
+                   hwmon.VoltageReader(1, found)]
+        batch = sample(Sampler([0], readers, max_ticks=20, batch_ticks=8, compiled=compiled))
+        assert batch["vcore_mv"].tolist() == [1093] * 20
+        from_hwmon = decode(batch, DecoderState(), 3000.0, voltage_from_perf_status=False)
+        assert from_hwmon[F["voltage_mv"]].tolist() == [1093.0] * 20
+        assert np.isnan(decode(batch, DecoderState(), 3000.0)[F["voltage_mv"]]).all()

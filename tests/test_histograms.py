@@ -4,8 +4,11 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from phasewatch.core.histograms import (cumulative_distance, cumulative_distance_reference,
-                                        expected_total_variation,
+from phasewatch.core.histograms import (CUMULATIVE_BEYOND_NOISE, cumulative_distance,
+                                        cumulative_distance_reference, cumulative_noise_level,
+                                        cumulative_noise_level_reference,
+                                        expected_total_variation, segment_distance,
+                                        segment_distance_reference,
                                         expected_total_variation_reference, fill, fill_reference,
                                         ip_bins, ip_bins_reference, total_variation_distance,
                                         total_variation_distance_reference)
@@ -91,3 +94,33 @@ def test_expected_total_variation_matches_sampling():
     n = 200
     tvs = [0.5 * np.abs(rng.multinomial(n, p) / n - p).sum() for _ in range(4000)]
     assert abs(np.mean(tvs) - expected_total_variation(p, n)) < 0.1 * np.mean(tvs)
+
+
+@given(histograms(32), st.floats(0, 500), st.integers(1, 40))
+def test_cumulative_noise_level_matches_reference(h, n, members):
+    assert abs(cumulative_noise_level(h, n) - cumulative_noise_level_reference(h, n)) < 1e-9
+    x = np.roll(h, 3)
+    assert abs(segment_distance(x, 30, h, members, CUMULATIVE_BEYOND_NOISE)
+               - segment_distance_reference(x, 30, h, members, CUMULATIVE_BEYOND_NOISE)) < 1e-9
+
+
+def test_value_noise_allowance_holds_sampling_noise_and_keeps_real_shifts():
+    """Intervals of 10 and 30 samples drawn from a phase's own voltage
+    histogram: the plain cumulative distance is never 0, the one beyond noise
+    almost always is (the level is a bound, at 1 %).  An interval a quarter
+    of the range away keeps most of its distance."""
+    rng = np.random.default_rng(11)
+    h = np.zeros(32)
+    h[8:16] = [1, 3, 6, 9, 9, 6, 3, 1]
+    h /= h.sum()
+    shifted = np.roll(h, 8)
+    for n in (10, 30):
+        draws = [rng.multinomial(n, h) / n for _ in range(2000)]
+        plain = np.array([cumulative_distance(x, h) for x in draws])
+        beyond = np.array([segment_distance(x, n, h, 1000, CUMULATIVE_BEYOND_NOISE)
+                           for x in draws])
+        assert (plain > 0).mean() > 0.99
+        assert (beyond > 0).mean() < 0.01
+        moved = [segment_distance(rng.multinomial(n, shifted) / n, n, h, 1000,
+                                  CUMULATIVE_BEYOND_NOISE) for _ in range(200)]
+        assert np.median(moved) > 0.5 * cumulative_distance(shifted, h)

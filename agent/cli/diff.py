@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..console import warn
+from ..console import rich_console, warn
 from ..formats.results import finite
 from .arguments import add_detector_arguments, given_settings, number
 
@@ -44,8 +44,7 @@ def print_table(result: dict) -> None:
     from rich.table import Table
 
     from ..report.diff import diff_rows
-    from ..report.tables import console
-    out = console()
+    out = rich_console()
     if not out.is_terminal:
         out.width = max(out.width, PIPE_WIDTH)
     out.print(f"A {result['a']}: {result['seconds_a']:.2f} s; "

@@ -8,9 +8,9 @@ import math
 import numpy as np
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
+from ..console import rich_console
 from ..errors import UserError
 from ..formats.labellings import Labelling, read_labelling, read_labels
-from ..report.tables import console
 
 
 def add_arguments(parser) -> None:
@@ -84,7 +84,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    out = console()
+    out = rich_console()
     out.print(f"{result['intervals']} intervals")
     for side in ("a", "b"):
         r = result[side]

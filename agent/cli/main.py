@@ -10,7 +10,7 @@ import os
 import sys
 
 from .. import __version__
-from ..console import one_line
+from ..console import one_line, start_up
 from ..errors import UserError
 
 #: subcommand (and its module here) -> one-line help
@@ -25,6 +25,7 @@ COMMANDS = {
     "export": "write phases in another tool's format (SimPoint)",
     "subscribe": "print phasewatchd's ZeroMQ events as they come",
     "proxy": "join many phasewatchd publishers into one ZeroMQ endpoint",
+    "catalog": "list, show, export, import or merge the phase catalogue",
 }
 
 
@@ -58,15 +59,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # File names are bytes on Unix: undecodable ones reach us as surrogates,
-    # and go back out as the same bytes.
-    for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="surrogateescape")
     command = "phasewatch"
     if argv is None:
         argv = sys.argv[1:]
     try:
+        if (cannot := start_up()) is not None:
+            raise UserError(cannot)
         args = build_parser(argv).parse_args(argv)
         command = f"phasewatch {args.command}"
         mod = importlib.import_module(f".{args.command}", __package__)

@@ -16,6 +16,11 @@ RELOAD = threading.Event()
 signal.signal(signal.SIGHUP, lambda *_: RELOAD.set())
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
 
+# Closed standard descriptors get /dev/null before the imports below open files.
+from ..console import guard_stdio, start_up  # noqa: E402
+
+guard_stdio()
+
 import argparse  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -53,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if (cannot := start_up()) is not None:
+            raise UserError(cannot)
         RELOAD.clear()      # the config read next is the newest
         config = load_config(args)
         path = args.config or (DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None)

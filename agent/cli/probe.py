@@ -8,6 +8,7 @@ import sys
 
 from ..collectors import msr
 from ..collectors.probe import probe
+from ..console import rich_console
 from ..core import kernels
 from ..core.batch import ID_RANGES
 from .arguments import number
@@ -98,18 +99,18 @@ def print_plain(result: dict) -> None:
 
 
 def print_rich(result: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=describe_host(result["host"]), title_justify="left")
     for column in ("signal", "available", "source / reason", "rate", "value"):
         table.add_column(column)
     for row in result["signals"]:
         ok = row["available"]
-        table.add_row(row["signal"], "[green]yes[/]" if ok else "[red]no[/]",
+        table.add_row(row["signal"], Text("yes", "green") if ok else Text("no", "red"),
                       row["source"] if ok else row["reason"], row["rate"] or "",
                       format_value(row))
-    console = Console()
+    console = rich_console()
     console.print(table)
     for line in source_lines(result):
-        console.print(line, markup=False, highlight=False)
+        console.print(line)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from ..console import warn
+from ..console import rich_console, warn
 from ..core.detectors import NAMES
 from ..core.settings import detector_label
 from ..errors import UserError
@@ -108,8 +108,8 @@ def show(replayed, json_out: bool) -> None:
     if json_out:
         print(json.dumps(summary_json(replayed), indent=2))
         return
-    from ..report.tables import console, phase_table, summary_lines  # rich: only for the table
-    out = console()
+    from ..report.tables import phase_table, summary_lines  # rich: only for the table
+    out = rich_console()
     s = replayed.stats
     thr = f"{s.threshold:.3f}" + (" (adaptive)" if s.adaptive else "")
     out.print(f"{replayed.name}: {s.samples:,} samples, {replayed.summary.n_intervals} intervals "

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from ..collectors import msr
 from ..collectors.registry import CHOICES, open_source
-from ..console import warn
+from ..console import rich_console, warn
 from ..core.batch import ID_RANGES
 from ..core.detectors import SAMPLE_DETECTORS
 from ..core.settings import DetectionSettings
@@ -77,6 +77,12 @@ def add_arguments(parser) -> None:
                         help="MSR device path, {cpu} replaced by the CPU number "
                              f"(default {msr.DEFAULT_PATH})")
     add_detector_arguments(parser, names=SAMPLE_DETECTORS, default="")
+    parser.add_argument("--catalog", metavar="FILE",
+                        help="the phase catalogue: known phases keep their ids and names from "
+                             "run to run (default $XDG_STATE_HOME/phasewatch/catalog.sqlite)")
+    parser.add_argument("--no-catalog", action="store_true",
+                        help="neither read nor write the phase catalogue: ids in order of "
+                             "appearance, as in a replay")
     parser.add_argument("--record", metavar="TRACE",
                         help="also write the raw samples to TRACE, for 'phasewatch replay'")
     parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
@@ -147,13 +153,16 @@ def check_arguments(args, program: str | None) -> DetectionSettings:
     settings = settings_of(args)
     msr.device_path(args.msr_path, 0)
     args.program = program
+    if args.catalog and args.no_catalog:
+        raise UserError("--catalog and --no-catalog contradict each other: give one of them")
+    args.catalog = catalog_path(args)
     report = []
     if args.report:
         from ..report.folder import check_report_dir, report_files
         check_report_dir(args.report)
         report = report_files(args.report)
     record = Recording(args.record) if args.record else None
-    check_outputs([record, args.output, json_file(args), args.pprof, *report],
+    check_outputs([record, args.output, json_file(args), args.pprof, args.catalog, *report],
                   inputs=[args.program])
     if args.powercap_root:
         from ..live.phase_energy import EnergyMeter
@@ -163,10 +172,32 @@ def check_arguments(args, program: str | None) -> DetectionSettings:
     return settings
 
 
+def catalog_path(args) -> str | None:
+    """The catalogue file: the one given (refused if it cannot be one), else
+    the default, its folder made, or none (said once) where that cannot be."""
+    from ..formats.catalog import check_path, default_path
+    if args.no_catalog:
+        return None
+    if args.catalog:
+        check_path(args.catalog)
+        return args.catalog
+    path = default_path()
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        check_path(str(path))
+    except (OSError, UserError) as exc:
+        if not args.quiet:
+            warn(f"no phase catalogue: {getattr(exc, 'strerror', None) or exc} at {path} "
+                 f"(give --catalog FILE, or --no-catalog)")
+        return None
+    return str(path)
+
+
 def watch(args, settings: DetectionSettings, child, source,
           relay: TerminalRelay | None = None) -> int:
     say = (lambda msg: None) if args.quiet else warn
     options = WatchOptions(settings, say, program=args.program, record=args.record,
+                           catalog=args.catalog,
                            sinks=lambda w: [sink for option, make in OPTION_SINKS
                                             if getattr(args, option) for sink in make(args, w)])
     # The settings are fitted to the signals (or refused) before any output opens.
@@ -263,8 +294,7 @@ def report(args, result: WatchResult) -> None:
     if args.quiet:
         return
     from ..report.run_summary import run_lines
-    from ..report.tables import console
-    out = console(sys.stderr)
+    out = rich_console(sys.stderr)
     if not out.is_terminal:
         out.width = max(out.width, PIPE_WIDTH)
     for line in run_lines(result):

@@ -38,13 +38,14 @@ RAW_DTYPES: dict[str, np.dtype] = {
     "c6": np.dtype(np.uint64),
     "c7": np.dtype(np.uint64),
     "energy_pkg_uj": np.dtype(np.uint64),
+    "vcore_mv": np.dtype(np.uint64),      # core voltage from hwmon (AMD Zen: k10temp Vcore)
 }
 
 REQUIRED_COLUMNS = ("t_ns", "cpu")
 #: Columns the CSV format must always carry (docs/formats.md); the rest are optional.
 CSV_COLUMNS = ("t_ns", "cpu", "tid", "ip", "perf_status", "aperf", "mperf",
                "pperf", "tsc", "instructions", "cycles")
-OPTIONAL_CSV_COLUMNS = ("c3", "c6", "c7", "energy_pkg_uj")
+OPTIONAL_CSV_COLUMNS = ("c3", "c6", "c7", "energy_pkg_uj", "vcore_mv")
 #: Columns that are counters or registers, where MISSING marks an unread value.
 COUNTER_COLUMNS = tuple(n for n in RAW_DTYPES if n not in ("t_ns", "cpu", "tid"))
 #: Valid ranges of the id columns: Linux's largest NR_CPUS, and PID_MAX_LIMIT.

@@ -48,6 +48,7 @@ again and its id is not reused.  Phase ids count every phase ever opened.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -105,6 +106,22 @@ class Decisions(NamedTuple):
     status: np.ndarray
 
 
+@dataclass(frozen=True)
+class KnownPhase:
+    """A phase as it outlives a run (the catalogue keeps these): all the
+    classifier needs to know the behaviour again, under the same id."""
+
+    id: int
+    centroid: np.ndarray        # the profile, every segment normalised
+    members: np.ndarray         # intervals behind each segment, capped at memory
+    mean_samples: np.ndarray    # samples a member, per segment
+    joins: int                  # intervals joined
+    cpi_n: int = 0              # members with a known CPI
+    log_cpi: float = 0.0        # their mean log CPI
+    cpi_last: float = 0.0
+    cpi_d2: float = 0.0         # squared differences of successive members' log CPI
+
+
 class ClassifierState:
     """Centroids, candidates and the threshold, grown as phases appear."""
 
@@ -124,6 +141,45 @@ class ClassifierState:
         self.counters = np.zeros(9, np.int64)
         self.counters[_PREV] = -1
         self.threshold = initial_threshold(params)
+        #: The first id this run gives a phase it opens: ids before it are known phases'.
+        self.first_id = 0
+
+    def seed(self, phases: list[KnownPhase], next_id: int) -> None:
+        """Start from phases known before (the catalogue's, most wanted
+        first, at most half of ``max_phases``): an interval that fits one
+        takes its id; a phase opened takes ``next_id`` on, so that no id is
+        ever given twice.  Only before the first interval."""
+        if self.counters[_SEEN] or self.counters[_HIGH]:
+            raise ValueError("known phases are given before the first interval")
+        width = self.centroids.shape[1]
+        phases = [p for p in phases if len(p.centroid) == width][:max(self.params.max_phases // 2, 1)]
+        while len(self.centroids) < len(phases):
+            self.grow()
+        for slot, p in enumerate(phases):
+            self.centroids[slot] = p.centroid
+            self.members[slot] = np.minimum(p.members, self.params.memory)
+            self.mean_samples[slot] = p.mean_samples
+            self.slots[slot] = (p.id, 0, PHASE, p.cpi_n, p.joins)
+            self.cpi[slot] = (p.log_cpi, p.cpi_last, p.cpi_d2)
+        self.counters[_HIGH] = self.counters[_LIVE] = len(phases)
+        ids = [p.id for p in phases]
+        self.first_id = max([next_id, *(i + 1 for i in ids)])
+        self.counters[_OPENED] = self.first_id
+
+    def known(self) -> list[KnownPhase]:
+        """Every live phase, to be kept beyond the run."""
+        high = int(self.counters[_HIGH])
+        return [KnownPhase(int(self.slots[s, _ID]), self.centroids[s].copy(),
+                           self.members[s].copy(), self.mean_samples[s].copy(),
+                           int(self.slots[s, _JOINS]), int(self.slots[s, _CPI_N]),
+                           float(self.cpi[s, _LOG_CPI]), float(self.cpi[s, _CPI_LAST]),
+                           float(self.cpi[s, _CPI_D2]))
+                for s in range(high) if self.slots[s, _KIND] == PHASE]
+
+    @property
+    def next_id(self) -> int:
+        """The id the next phase opened would take."""
+        return int(self.counters[_OPENED])
 
     @property
     def limit(self) -> int:
@@ -131,8 +187,8 @@ class ClassifierState:
 
     @property
     def n_phases(self) -> int:
-        """Phases opened so far, retired ones included."""
-        return int(self.counters[_OPENED])
+        """Phases opened so far in this run, retired ones included."""
+        return int(self.counters[_OPENED]) - self.first_id
 
     @property
     def retired(self) -> int:

@@ -38,8 +38,9 @@ FOREVER = np.iinfo(np.int64).max
 
 
 def object_key(name: str) -> np.uint64:
-    """A stable 64-bit name for an object (the same in every run and replay)."""
-    raw = name.encode()
+    """A stable 64-bit name for an object (the same in every run and replay),
+    from the bytes of its name (a path that is not UTF-8 keeps its bytes)."""
+    raw = name.encode("utf-8", "surrogateescape")
     return np.uint64((zlib.crc32(raw) << 32) | zlib.adler32(raw))
 
 

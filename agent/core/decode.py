@@ -147,6 +147,9 @@ def decode(batch: SampleBatch, state: DecoderState, base_mhz: float,
     status = batch.get("perf_status") if voltage_from_perf_status else None
     status = np.ascontiguousarray(status) if status is not None else _EMPTY_U64
     _derive_kernel(deltas, status, float(base_mhz), 3 in state.decoded, out)
+    vcore = None if voltage_from_perf_status else batch.get("vcore_mv")
+    if vcore is not None:
+        _hwmon_voltage(np.ascontiguousarray(vcore), out[0])
     _drop_implausible(out, PLAUSIBLE_VOLTAGE_MV[0], PLAUSIBLE_VOLTAGE_MV[1], MAX_PLAUSIBLE_MHZ,
                       state.implausible)
     return out
@@ -261,6 +264,14 @@ def _zero_unknown(values, out):
     for i in range(len(out)):
         v = values[i]
         out[i] = v if v == v else 0.0
+
+
+@kernel(cache=True, nogil=True)
+def _hwmon_voltage(millivolts, out):
+    """Core voltage read from hwmon, already in mV."""
+    for i in range(len(out)):
+        v = millivolts[i]
+        out[i] = float(v) if v != _MISSING and v != 0 else np.nan
 
 
 @kernel(cache=True, nogil=True)

@@ -21,6 +21,16 @@
     Where the host gives no voltage or frequency (a virtual machine), the IP
     vector is the only segment present and decides alone.
 
+    Beside the code, ``vpf-ip`` compares the clock (base frequency times
+    APERF/MPERF) and the busy share (C0 residency, MPERF/TSC) where they are
+    sampled: the clock is the only frequency signal where there is no PPERF
+    (AMD; Intel before Skylake), and the busy share tells a phase that waits
+    (I/O, locks, sleeps) from one that computes in the same code.  Where
+    either stays put (a fixed clock, a CPU never idle) its histogram is the
+    same for every interval and decides nothing.  Its value segments are
+    compared beyond sampling noise, as the code is
+    (``histograms.cumulative_noise_level``).
+
 ``vpf-ip-fold``
     ``vpf-ip`` with the thesis's IP vector instead: IPs folded into 32 entries
     over the main executable's ``.text``, kept for comparison.
@@ -46,7 +56,7 @@ side; if no segment is left, the distance is 1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -64,6 +74,8 @@ class Detector:
     ip_signature: str
     uses_cpi: bool
     description: str
+    #: Value segments compared beyond sampling noise (``vpf`` is the thesis's: as it was).
+    value_noise: bool = False
 
 
 #: The detectors of sample streams (live, traces, CSV): what ``run``,
@@ -71,8 +83,9 @@ class Detector:
 REGISTRY = {d.name: d for d in (
     Detector("vpf", ("voltage", "pfreq"), "regions", False,
              "voltage and productive frequency (the thesis)"),
-    Detector("vpf-ip", ("voltage", "pfreq", "ip"), "regions", True,
-             "also the code signature over all executable mappings"),
+    Detector("vpf-ip", ("voltage", "pfreq", "ip", "freq", "c0"), "regions", True,
+             "also the code signature over all executable mappings, the clock and C0 residency",
+             value_noise=True),
     Detector("vpf-ip-fold", ("voltage", "pfreq", "ip"), "fold", False,
              "the thesis's 32-entry IP fold over .text instead"),
 )}
@@ -90,7 +103,30 @@ SEGMENT_SIGNALS = {
     "voltage": ("perf_status",),
     "pfreq": ("pperf", "mperf"),
     "ip": ("ip",),
+    "freq": ("aperf", "mperf"),
+    "c0": ("mperf", "tsc"),
 }
+#: Signals that stand in for a segment's own where those are absent: core
+#: voltage from hwmon where no register reports it (AMD Zen).
+SEGMENT_ALTERNATIVES = {"voltage": (("vcore_mv",),)}
+
+
+def segment_usable(segment: str, signals) -> bool:
+    have = set(signals)
+    return any(set(needed) <= have for needed in
+               (SEGMENT_SIGNALS[segment], *SEGMENT_ALTERNATIVES.get(segment, ())))
+
+
+def histograms_for(detector: str, hp):
+    """The histogram parameters as the detector builds and compares them."""
+    d = REGISTRY[detector]
+    return replace(hp, ip_signature=d.ip_signature, value_noise=d.value_noise)
+
+
+def counters_for(detector: str) -> tuple[str, ...]:
+    """The raw counters the detector's segments are computed from."""
+    return tuple(dict.fromkeys(s for seg in USED_SEGMENTS[detector]
+                               for s in SEGMENT_SIGNALS[seg] if s not in ("perf_status", "ip")))
 
 
 def used_mask(detector: str) -> np.ndarray:
@@ -102,8 +138,7 @@ def used_mask(detector: str) -> np.ndarray:
 
 def usable_segments(detector: str, signals) -> list[str]:
     """The detector's segments whose raw signals are all present."""
-    have = set(signals)
-    return [s for s in USED_SEGMENTS[detector] if set(SEGMENT_SIGNALS[s]) <= have]
+    return [s for s in USED_SEGMENTS[detector] if segment_usable(s, signals)]
 
 
 def check_signals(detector: str, signals) -> list[str]:

@@ -16,6 +16,9 @@ TOTAL_VARIATION = 1     # unordered bins (folded IPs): half the L1 distance
 #: code signature, each holding an equal share of every sample: each block is
 #: compared on its own, and the largest distance counts.
 MULTI_RESOLUTION = 2
+#: Ordered bins compared beyond sampling noise: the cumulative distance less
+#: what noise alone reaches (cumulative_noise_level), as the code signature's.
+CUMULATIVE_BEYOND_NOISE = 3
 #: The noise model's significance: a total-variation distance is counted only
 #: beyond the level that sampling noise alone exceeds with probability 1 %
 #: (one-sided z of the normal approximation).
@@ -179,6 +182,35 @@ def noise_level_reference(h: np.ndarray, n_eff: float) -> float:
                  + NOISE_Z * 0.5 * np.sqrt((1 - 2 / np.pi) * q.sum() / n_eff))
 
 
+@kernel(cache=True, nogil=True, fastmath=True)
+def cumulative_noise_level(h, n_eff):
+    """The cumulative distance that sampling noise alone stays under with
+    probability 1 - 1 %, between ``h`` and a histogram of ``n_eff`` samples
+    drawn from it.  The cumulative share F below each bin edge deviates by
+    about a normal of variance F(1-F)/n; the mean of its absolute value is
+    sqrt(2/pi) sigma.  The edges are strongly correlated, so the standard
+    deviation of their sum is bounded by the sum of theirs, (1 - 2/pi)^1/2
+    sigma each: the level is an upper bound, never below the noise."""
+    n = len(h)
+    if n_eff <= 0.0 or n < 2:
+        return 0.0
+    f, s = 0.0, 0.0
+    for i in range(n - 1):
+        f += h[i]
+        s += np.sqrt(max(f * (1.0 - f), 0.0))
+    per_edge = np.sqrt(2.0 / np.pi) + NOISE_Z * np.sqrt(1.0 - 2.0 / np.pi)
+    return min(s * per_edge / np.sqrt(n_eff) / (n - 1), 1.0)
+
+
+def cumulative_noise_level_reference(h: np.ndarray, n_eff: float) -> float:
+    if n_eff <= 0 or len(h) < 2:
+        return 0.0
+    f = np.cumsum(h)[:-1]
+    spread = np.sqrt(np.clip(f * (1 - f), 0, None)).sum()
+    per_edge = np.sqrt(2 / np.pi) + NOISE_Z * np.sqrt(1 - 2 / np.pi)
+    return float(min(spread * per_edge / np.sqrt(n_eff) / (len(h) - 1), 1.0))
+
+
 def effective_samples(n: int, members: int) -> float:
     """Samples behind a difference of an interval of ``n`` samples and a
     centroid of ``members`` intervals of about as many: both carry noise."""
@@ -217,6 +249,9 @@ def segment_distance(x, n, centroid, members, kind):
         return beyond_noise_kernel(total_variation_distance(x, centroid), level)
     if kind == MULTI_RESOLUTION:
         return code_distance(x, n, centroid, members)
+    if kind == CUMULATIVE_BEYOND_NOISE:
+        level = cumulative_noise_level(centroid, effective_samples_kernel(n, members))
+        return beyond_noise_kernel(cumulative_distance(x, centroid), level)
     return cumulative_distance(x, centroid)
 
 
@@ -296,6 +331,9 @@ def segment_distance_reference(x, n, centroid, members, kind) -> float:
     if kind == MULTI_RESOLUTION:
         return max(multi_resolution_distance_reference(x, centroid, effective_samples(n, members)),
                    unseen_code_distance_reference(x, n, centroid, members))
+    if kind == CUMULATIVE_BEYOND_NOISE:
+        level = cumulative_noise_level_reference(centroid, effective_samples(n, members))
+        return beyond_noise(cumulative_distance_reference(x, centroid), level)
     return cumulative_distance_reference(x, centroid)
 
 

@@ -1,9 +1,9 @@
 """Split decoded samples into intervals and build each interval's execution profile.
 
-An execution profile is the concatenation of three histograms (segments):
-core voltage, productive frequency and the code signature (instruction
-pointers hashed by code region over every executable mapping, or the thesis's
-fold over ``.text``).
+An execution profile is the concatenation of histograms (segments): core
+voltage, productive frequency, the code signature (instruction pointers hashed
+by code region over every executable mapping, or the thesis's fold over
+``.text``), the clock (APERF/MPERF) and the busy share (C0 residency).
 Which segments a detector compares is the detector's business.
 """
 
@@ -16,12 +16,17 @@ import numpy as np
 from .batch import KERNEL_START
 from .codemap import CodeMap
 from .decode import F
-from .histograms import CUMULATIVE, MULTI_RESOLUTION, TOTAL_VARIATION, ip_bins, value_bins
+from .histograms import (CUMULATIVE, CUMULATIVE_BEYOND_NOISE, MULTI_RESOLUTION, TOTAL_VARIATION,
+                         ip_bins, value_bins)
 from .kernels import kernel
 from .params import HistogramParams, IntervalParams
 
-SEGMENTS = ("voltage", "pfreq", "ip")
-SEGMENT_KINDS = np.array([CUMULATIVE, CUMULATIVE, TOTAL_VARIATION], np.int64)
+#: The value segments after the code signature are built only for detectors
+#: that compare the code signature too (see ``build_segments``).
+SEGMENTS = ("voltage", "pfreq", "ip", "freq", "c0")
+SEGMENT_KINDS = np.array([CUMULATIVE, CUMULATIVE, TOTAL_VARIATION, CUMULATIVE, CUMULATIVE],
+                         np.int64)
+_IP, _FREQ, _C0 = SEGMENTS.index("ip"), SEGMENTS.index("freq"), SEGMENTS.index("c0")
 #: Rows of per-sample bins: one per segment, and the code signature's line entry.
 _LINE_ROW = len(SEGMENTS)
 
@@ -30,11 +35,13 @@ def segment_kinds(hp: HistogramParams) -> np.ndarray:
     """How each segment is compared: the code signature over mappings holds
     two resolutions side by side; the thesis's fold is one histogram."""
     kinds = SEGMENT_KINDS.copy()
+    if hp.value_noise:
+        kinds[kinds == CUMULATIVE] = CUMULATIVE_BEYOND_NOISE
     if hp.ip_signature != "fold":
-        kinds[SEGMENTS.index("ip")] = MULTI_RESOLUTION
+        kinds[_IP] = MULTI_RESOLUTION
     return kinds
 
-F_VOLT, F_PFREQ = F["voltage_mv"], F["pfreq_mhz"]
+F_VOLT, F_PFREQ, F_FREQ, F_C0 = F["voltage_mv"], F["pfreq_mhz"], F["freq_mhz"], F["c0"]
 F_DINSTR, F_DCYC = F["d_instructions"], F["d_cycles"]
 
 # Integer state slots of the accumulator.
@@ -45,11 +52,11 @@ _STARTED, _CUR_INSTR, _T_START, _T_ORIGIN, _NEXT_T, _SAMPLES, _CYCLES, _INSTR, _
 class Layout:
     """Where each segment lies in a profile vector."""
 
-    bounds: np.ndarray      # int64[4]: segment s spans bounds[s]:bounds[s+1]
+    bounds: np.ndarray      # int64[segments + 1]: segment s spans bounds[s]:bounds[s+1]
 
     @classmethod
     def of(cls, hp: HistogramParams) -> "Layout":
-        sizes = [hp.voltage_bins, hp.pfreq_bins, hp.ip_entries]
+        sizes = [hp.voltage_bins, hp.pfreq_bins, hp.ip_entries, hp.freq_bins, hp.c0_bins]
         return cls(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
 
     @property
@@ -68,7 +75,7 @@ class IntervalBlock:
     cycles: np.ndarray
     samples: np.ndarray
     profiles: np.ndarray        # float64[n, width of the segments built]
-    segment_samples: np.ndarray  # int64[n, 3]
+    segment_samples: np.ndarray  # int64[n, segments]
     voltage_sum: np.ndarray
     pfreq_sum: np.ndarray
 
@@ -103,7 +110,7 @@ class IntervalAccumulator:
         """Build only as far as the last segment ``wanted`` (a mask); the rest
         stay empty, as if they had no samples."""
         last = int(np.flatnonzero(wanted)[-1]) if wanted.any() else 0
-        self.built = max(last + 1, SEGMENTS.index("ip"))   # the value segments cost little
+        self.built = max(last + 1, _IP)     # voltage and pfreq cost little
         self._scratch = _empty_block(256, self.profile_width)
 
     @property
@@ -157,7 +164,12 @@ class IntervalAccumulator:
         hp = self.hist
         value_bins(decoded[F_VOLT], hp.voltage_mv[0], hp.voltage_mv[1], hp.voltage_bins, bins[0])
         value_bins(decoded[F_PFREQ], hp.pfreq_mhz[0], hp.pfreq_mhz[1], hp.pfreq_bins, bins[1])
-        if self.built <= SEGMENTS.index("ip"):
+        if self.built > _IP + 1:
+            value_bins(decoded[F_FREQ], hp.freq_mhz[0], hp.freq_mhz[1], hp.freq_bins, bins[_FREQ])
+            value_bins(decoded[F_C0], 0.0, 1.0, hp.c0_bins, bins[_C0])
+        else:
+            bins[_FREQ:_LINE_ROW] = -1
+        if self.built <= _IP:
             bins[2] = -1
         elif ip is not None and hp.ip_signature != "fold":
             ip, t_ns = np.ascontiguousarray(ip), np.ascontiguousarray(t_ns)
@@ -211,10 +223,13 @@ def _accumulate(t_ns, bins, dec, start, time_mode, samples_mode, size, bounds, a
     n = len(t_ns)
     cap = len(o_t_end)
     b_v, b_f, b_ip = bounds[0], bounds[1], bounds[2]
+    clocks = len(bounds) > 5        # the clock and busy-share segments are built
+    b_fr, b_c0 = bounds[3] if clocks else 0, bounds[4] if clocks else 0
     started, cur, t_start = istate[_STARTED], istate[_CUR_INSTR], istate[_T_START]
     t_origin, next_t, samples = istate[_T_ORIGIN], istate[_NEXT_T], istate[_SAMPLES]
     cycles, instr, t_last = istate[_CYCLES], istate[_INSTR], istate[_T_LAST]
     n_v, n_f, n_ip = seg_n[0], seg_n[1], seg_n[2]
+    n_fr, n_c0 = seg_n[3], seg_n[4]
     v_sum, f_sum = fstate[0], fstate[1]
     k = 0
     for i in range(start, n):
@@ -233,13 +248,22 @@ def _accumulate(t_ns, bins, dec, start, time_mode, samples_mode, size, bounds, a
             f_sum += dec[F_PFREQ, i]
         b = bins[2, i]
         if b >= 0:
-            line = bins[3, i]
+            line = bins[_LINE_ROW, i]
             if line >= 0:       # two resolutions: half a sample each
                 acc[b_ip + b] += 0.5
                 acc[b_ip + line] += 0.5
             else:
                 acc[b_ip + b] += 1.0
             n_ip += 1
+        if clocks:
+            b = bins[_FREQ, i]
+            if b >= 0:
+                acc[b_fr + b] += 1.0
+                n_fr += 1
+            b = bins[_C0, i]
+            if b >= 0:
+                acc[b_c0 + b] += 1.0
+                n_c0 += 1
         d_instr = np.int64(dec[F_DINSTR, i])
         instr += d_instr
         cycles += np.int64(dec[F_DCYC, i])
@@ -258,10 +282,12 @@ def _accumulate(t_ns, bins, dec, start, time_mode, samples_mode, size, bounds, a
         o_cycles[k], o_samples[k] = cycles, samples
         o_vsum[k], o_fsum[k] = v_sum, f_sum
         o_segn[k, 0], o_segn[k, 1], o_segn[k, 2] = n_v, n_f, n_ip
+        o_segn[k, 3], o_segn[k, 4] = n_fr, n_c0
         _normalised_copy(acc, bounds, o_segn[k], o_prof[k])
         k += 1
         t_start, instr, cycles, samples = t, 0, 0, 0
         n_v, n_f, n_ip, v_sum, f_sum = 0, 0, 0, 0.0, 0.0
+        n_fr, n_c0 = 0, 0
         acc[:bounds[-1]] = 0.0
         if k == cap:
             i += 1
@@ -272,6 +298,7 @@ def _accumulate(t_ns, bins, dec, start, time_mode, samples_mode, size, bounds, a
     istate[_T_ORIGIN], istate[_NEXT_T], istate[_SAMPLES] = t_origin, next_t, samples
     istate[_CYCLES], istate[_INSTR], istate[_T_LAST] = cycles, instr, t_last
     seg_n[0], seg_n[1], seg_n[2] = n_v, n_f, n_ip
+    seg_n[3], seg_n[4] = n_fr, n_c0
     fstate[0], fstate[1] = v_sum, f_sum
     return k, i
 

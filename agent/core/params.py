@@ -66,6 +66,12 @@ class HistogramParams:
     voltage_bins: int = 32
     pfreq_mhz: tuple[float, float] = (0.0, 3000.0)
     pfreq_bins: int = 64
+    # Clock (base x APERF/MPERF) and busy share (C0 residency, MPERF/TSC).
+    freq_mhz: tuple[float, float] = (0.0, 3000.0)
+    freq_bins: int = 64
+    c0_bins: int = 20
+    # Value segments compared beyond sampling noise (detectors.py).
+    value_noise: bool = False
     ip_bins: int = 32                    # a power of two
     ip_fold_groups: int = 2              # groups of log2(ip_bins) bits XOR-folded
     text_range: tuple[int, int] | None = None
@@ -86,6 +92,7 @@ class HistogramParams:
     def for_model(cls, model: CpuModel, text_range=None) -> "HistogramParams":
         return cls(voltage_mv=model.voltage_range_mv,
                    pfreq_mhz=(0.0, model.freq_max_mhz),
+                   freq_mhz=(0.0, model.freq_max_mhz),
                    text_range=text_range)
 
 
@@ -145,6 +152,9 @@ def histogram_params_of(meta: dict[str, Any]) -> HistogramParams:
         voltage_bins=int(h.get("voltage_bins", 32)),
         pfreq_mhz=tuple(h.get("pfreq_mhz", (0.0, model.freq_max_mhz))),
         pfreq_bins=int(h.get("pfreq_bins", 64)),
+        freq_mhz=tuple(h.get("freq_mhz", (0.0, model.freq_max_mhz))),
+        freq_bins=int(h.get("freq_bins", HistogramParams.freq_bins)),
+        c0_bins=int(h.get("c0_bins", HistogramParams.c0_bins)),
         ip_bins=int(h.get("ip_bins", 32)),
         ip_fold_groups=int(h.get("ip_fold_groups", 2)),
         text_range=tuple(int(x) for x in text) if text else None,
@@ -169,6 +179,7 @@ def interval_dict(p: IntervalParams) -> dict[str, Any]:
 def histograms_dict(p: HistogramParams) -> dict[str, Any]:
     return {"voltage_mv": list(p.voltage_mv), "voltage_bins": p.voltage_bins,
             "pfreq_mhz": list(p.pfreq_mhz), "pfreq_bins": p.pfreq_bins,
+            "freq_mhz": list(p.freq_mhz), "freq_bins": p.freq_bins, "c0_bins": p.c0_bins,
             "ip_bins": p.ip_bins, "ip_fold_groups": p.ip_fold_groups,
             "text_range": list(p.text_range) if p.text_range else None,
             "code_bins": p.code_bins, "code_region_bits": p.code_region_bits,

@@ -15,7 +15,7 @@ from .classify import MATCHED, TENTATIVE, ClassifierState, classify, interval_lo
 from .codemap import CodeMap
 from .cpumodels import FALLBACK_BASE_HZ
 from .decode import COUNTERS, PROFILE_COUNTERS, DecoderState, decode
-from .detectors import IP_SIGNATURE, USES_CPI, used_mask
+from .detectors import USES_CPI, counters_for, histograms_for, used_mask
 from .intervals import SEGMENTS, IntervalAccumulator, IntervalBlock, Layout, segment_kinds
 from .params import Params, cpu_model_of
 
@@ -112,12 +112,13 @@ class Pipeline:
 
     def __init__(self, params: Params, base_mhz: float, voltage_from_perf_status: bool = True,
                  counter_scope: str = "cpu", mappings: list[dict] | None = None):
-        params = replace(params, histograms=replace(
-            params.histograms, ip_signature=IP_SIGNATURE[params.detector.detector]))
+        detector = params.detector.detector
+        params = replace(params, histograms=histograms_for(detector, params.histograms))
         self.params = params
         self.base_mhz = float(base_mhz)
         self.voltage_from_perf_status = voltage_from_perf_status
-        self.decoder = DecoderState(counters=PROFILE_COUNTERS, scope=counter_scope)
+        self.decoder = DecoderState(counters=PROFILE_COUNTERS + counters_for(detector),
+                                    scope=counter_scope)
         self.accumulator = IntervalAccumulator(params.interval, params.histograms)
         self.layout: Layout = self.accumulator.layout
         self.classifier = ClassifierState(self.layout.width, len(SEGMENTS), params.detector)
@@ -138,8 +139,7 @@ class Pipeline:
     def columns(self) -> frozenset[str]:
         """The raw columns ``feed`` reads; a source may leave the others unread."""
         wanted = {"t_ns", "cpu", "tid"} | {COUNTERS[k] for k in self.decoder.decoded}
-        if self.voltage_from_perf_status:
-            wanted.add("perf_status")
+        wanted.add("perf_status" if self.voltage_from_perf_status else "vcore_mv")
         if self.accumulator.built > SEGMENTS.index("ip"):
             wanted.add("ip")
         return frozenset(wanted)

@@ -7,7 +7,6 @@ measures the pipeline against it.
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import numpy as np
 
@@ -16,9 +15,9 @@ from .classify import classify_reference
 from .codemap import code_bins_reference
 from .cpumodels import MAX_PLAUSIBLE_MHZ, PLAUSIBLE_VOLTAGE_MV
 from .decode import COUNTERS, FIELDS, F
-from .detectors import IP_SIGNATURE, USES_CPI, used_mask
+from .detectors import USES_CPI, histograms_for, used_mask
 from .histograms import fill_reference, ip_bins_reference
-from .intervals import Layout, segment_kinds
+from .intervals import SEGMENTS, Layout, segment_kinds
 from .params import Params
 from .registers import voltage_volts
 
@@ -33,6 +32,9 @@ def decode(batch: SampleBatch, base_mhz: float, voltage_from_perf_status: bool =
         status = batch["perf_status"]
         volts = voltage_volts(status)
         out[F["voltage_mv"]] = np.where((volts > 0) & (status != MISSING), volts * 1000, np.nan)
+    elif not voltage_from_perf_status and "vcore_mv" in batch:
+        mv = batch["vcore_mv"]
+        out[F["voltage_mv"]] = np.where((mv > 0) & (mv != MISSING), mv.astype(np.float64), np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):
         da, dm, dp, dt = deltas["aperf"], deltas["mperf"], deltas["pperf"], deltas["tsc"]
         di, dc = deltas["instructions"], deltas["cycles"]
@@ -101,11 +103,11 @@ def interval_ends(t_ns: np.ndarray, d_instr: np.ndarray, params: Params) -> np.n
 
 def profiles(batch: SampleBatch, decoded: np.ndarray, ends: np.ndarray, params: Params,
              text_range, mappings=None) -> tuple[np.ndarray, np.ndarray]:
-    hp = replace(params.histograms, ip_signature=IP_SIGNATURE[params.detector.detector])
+    hp = histograms_for(params.detector.detector, params.histograms)
     layout = Layout.of(hp)
     starts = np.concatenate([[0], ends[:-1] + 1])
     prof = np.zeros((len(ends), layout.width))
-    counts = np.zeros((len(ends), 3), np.int64)
+    counts = np.zeros((len(ends), len(SEGMENTS)), np.int64)
     ip_bins, line_bins = None, None
     if "ip" in batch and hp.ip_signature != "fold":
         ip_bins = code_bins_reference(batch["ip"], batch["t_ns"], mappings, hp.code_region_bits,
@@ -121,6 +123,8 @@ def profiles(batch: SampleBatch, decoded: np.ndarray, ends: np.ndarray, params: 
         pf = decoded[F["pfreq_mhz"], a:b]
         hv = fill_reference(volt, *hp.voltage_mv, hp.voltage_bins)
         hf = fill_reference(pf, *hp.pfreq_mhz, hp.pfreq_bins)
+        hc = fill_reference(decoded[F["freq_mhz"], a:b], *hp.freq_mhz, hp.freq_bins)
+        h0 = fill_reference(decoded[F["c0"], a:b], 0.0, 1.0, hp.c0_bins)
         hi = np.zeros(hp.ip_entries)
         if line_bins is not None:       # regions, then lines, half a sample each
             sel = ip_bins[a:b]
@@ -130,7 +134,7 @@ def profiles(batch: SampleBatch, decoded: np.ndarray, ends: np.ndarray, params: 
         elif ip_bins is not None:
             sel = ip_bins[a:b]
             hi = np.bincount(sel[sel >= 0], minlength=hp.ip_entries).astype(np.float64)
-        for s, h in enumerate((hv, hf, hi)):
+        for s, h in enumerate((hv, hf, hi, hc, h0)):
             counts[k, s] = int(h.sum())
             if counts[k, s]:
                 prof[k, layout.bounds[s]:layout.bounds[s + 1]] = h / h.sum()
@@ -144,10 +148,8 @@ def detect(batch: SampleBatch, params: Params, base_mhz: float, text_range=None,
     ends = interval_ends(batch["t_ns"], decoded[F["d_instructions"]], params)
     prof, counts = profiles(batch, decoded, ends, params, text_range or params.histograms.text_range,
                             mappings)
-    layout = Layout.of(replace(params.histograms,
-                               ip_signature=IP_SIGNATURE[params.detector.detector]))
-    kinds = segment_kinds(replace(params.histograms,
-                                  ip_signature=IP_SIGNATURE[params.detector.detector]))
+    hp = histograms_for(params.detector.detector, params.histograms)
+    layout, kinds = Layout.of(hp), segment_kinds(hp)
     tolerance = params.detector.cpi_tolerance if params.detector.detector in USES_CPI else 0.0
     phase, dist, new, _ = classify_reference(prof, counts, layout.bounds, kinds,
                                              used_mask(params.detector.detector),

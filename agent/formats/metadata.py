@@ -69,6 +69,9 @@ class HistogramSchema(_Schema):
     voltage_bins: Annotated[int, Meta(ge=2, le=MAX_BINS)] = 32
     pfreq_mhz: Annotated[list[Finite], Pair] = None
     pfreq_bins: Annotated[int, Meta(ge=2, le=MAX_BINS)] = 64
+    freq_mhz: Annotated[list[Finite], Pair] = None
+    freq_bins: Annotated[int, Meta(ge=2, le=MAX_BINS)] = HistogramParams.freq_bins
+    c0_bins: Annotated[int, Meta(ge=2, le=MAX_BINS)] = HistogramParams.c0_bins
     ip_bins: Annotated[int, Meta(ge=2, le=MAX_BINS)] = 32
     ip_fold_groups: Annotated[int, Meta(ge=1, le=8)] = 2
     ip_signature: Literal["regions", "fold"] = "regions"
@@ -157,7 +160,7 @@ def _inconsistency(t: TraceSchema) -> tuple[str, str] | None:
         if problem:
             return name, problem
     for name, pair in (("text_range", t.text_range), ("histograms.voltage_mv", h.voltage_mv),
-                       ("histograms.pfreq_mhz", h.pfreq_mhz),
+                       ("histograms.pfreq_mhz", h.pfreq_mhz), ("histograms.freq_mhz", h.freq_mhz),
                        ("histograms.text_range", h.text_range)):
         if pair is not None and not pair[0] < pair[1]:
             return name, f"the start ({pair[0]}) must be below the end ({pair[1]})"

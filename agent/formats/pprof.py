@@ -17,6 +17,7 @@ import gzip
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from ..console import escaped
 from .outputs import open_output
 
 
@@ -49,7 +50,10 @@ class ProfileBuilder:
         self._samples: dict[tuple, list[int]] = {}
 
     def string(self, text: str) -> int:
-        return self._strings.setdefault(text, len(self._strings))
+        """The index of ``text`` in the string table.  Protobuf strings are
+        UTF-8: a byte of a name that is not (kept by Python as a surrogate)
+        is written as the four characters ``\\xNN``."""
+        return self._strings.setdefault(escaped(text), len(self._strings))
 
     def mapping(self, mapping: ProfileMapping) -> int:
         return self._mappings.setdefault(mapping, len(self._mappings) + 1)

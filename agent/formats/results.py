@@ -167,6 +167,8 @@ class PhaseSummary(Sink):
         total_instructions = self.total[f["instructions"]]
         rows = []
         for p, s in enumerate(self.sums[:self.n_phases]):
+            if not s[f["intervals"]]:
+                continue        # an id of a known phase this run never visited
             rows.append({
                 "phase": p,
                 "intervals": int(s[f["intervals"]]),

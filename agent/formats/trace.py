@@ -190,7 +190,7 @@ class TraceReader:
             # Read, not memory-mapped: each record batch is read when it is
             # replayed and freed after, so memory stays flat however long the
             # trace, and a trace larger than the address-space limit replays.
-            self._map = pa.OSFile(path, "r")
+            self._map = pa.OSFile(os.fsencode(path), "r")   # as bytes: any name opens
         except OSError as exc:
             raise UserError(f"cannot open {path}: {exc.strerror or exc}") from None
         self.truncated = False

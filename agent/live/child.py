@@ -306,9 +306,10 @@ def _child_after_fork(path, argv, env, cwd, gate_r, gate_w, err_r, err_w, parent
 
 
 def _close_fds_except(*keep: int) -> None:
-    """Close every inherited descriptor from 3 up but ``keep`` (as subprocess's close_fds)."""
+    """Close every inherited descriptor from 3 up but ``keep`` (as subprocess's close_fds).
+    0, 1 and 2 are the command's, whatever ``keep`` holds."""
     low = 3
-    for fd in sorted(keep):
+    for fd in sorted(k for k in keep if k >= 3):
         os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, os.sysconf("SC_OPEN_MAX"))

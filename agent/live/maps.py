@@ -1,12 +1,20 @@
 """The executable mappings of a process, as ``/proc/PID/maps`` lists them.
 
 psutil's ``memory_maps`` leaves out the file offsets and inodes that symbols
-and the code map need, so the file is read here."""
+and the code map need, so the file is read here.  A process the agent may
+not read (a setuid program started by a user) is left without mappings: its
+code goes unnamed, and a warning says so once (for the first such process:
+a shell loop over a setuid program would otherwise say it at every turn)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import NamedTuple
+
+from ..collectors import procfs
+from ..console import warn
+
+#: Processes whose maps were refused; the first was said.
+_REFUSED: set[int] = set()
 
 
 class Mapping(NamedTuple):
@@ -22,12 +30,31 @@ class Mapping(NamedTuple):
 
 
 def read_maps(pid: int) -> list[Mapping]:
-    """The executable mappings of ``pid`` (empty if it has gone)."""
+    """The executable mappings of ``pid`` (empty if it has gone or may not be read)."""
+    return parse_maps(maps_text(pid) or "")
+
+
+def maps_text(pid: int) -> str | None:
+    """``/proc/PID/maps`` as the kernel wrote it; None if ``pid`` has gone or
+    its maps are refused (said for the first process refused)."""
     try:
-        text = Path(f"/proc/{pid}/maps").read_text()
+        return procfs.read(f"/proc/{pid}/maps")
     except (FileNotFoundError, ProcessLookupError):
-        return []
-    return parse_maps(text)
+        return None
+    except PermissionError:
+        if not _REFUSED:
+            warn(f"cannot read /proc/{pid}/maps ({_name(pid)}): permission denied, as for a "
+                 f"setuid program or another user's; its code goes unnamed, and so does "
+                 f"that of any other process refused so")
+        _REFUSED.add(pid)
+        return None
+
+
+def _name(pid: int) -> str:
+    try:
+        return procfs.read(f"/proc/{pid}/comm").rstrip("\n")
+    except OSError:
+        return "gone"
 
 
 def parse_maps(text: str) -> list[Mapping]:

@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..collectors.procfs import state
 from ..core.batch import SampleBatch
 from ..core.source import Sink
 from .process_tree import descendants
@@ -41,7 +42,7 @@ class PinWhileSingleThreaded(Sink):
         runnable now (called on the tree watch's thread, :mod:`.tree_watch`)."""
         if self.released:
             return
-        runnable = sum(_state(pid, tid) == "R" for pid in pids for tid in _tasks(pid))
+        runnable = sum(state(pid, tid) == "R" for pid in pids for tid in _tasks(pid))
         if runnable > 1:
             self.release(runnable)
 
@@ -72,15 +73,6 @@ class PinWhileSingleThreaded(Sink):
                 os.sched_setaffinity(tid, self.cpus)
             except OSError:       # ended meanwhile
                 pass
-
-
-def _state(pid: int, tid: str) -> str:
-    """The scheduler state letter of a task (R: running or waiting for a CPU)."""
-    try:
-        with open(f"/proc/{pid}/task/{tid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return ""
 
 
 def _tasks(pid: int) -> list[str]:

@@ -6,17 +6,19 @@ import os
 
 import psutil
 
+from ..collectors import procfs
+
 
 # Ours: psutil tells no thread's thread group (Tgid).
 def process_of_thread(tid: int) -> int | None:
     """The process (thread group) of thread ``tid``, None if it has gone."""
     try:
-        with open(f"/proc/{tid}/status") as status:
-            for line in status:
-                if line.startswith("Tgid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
+        status = procfs.read(f"/proc/{tid}/status")    # its Name: line may hold any byte
+    except OSError:
         return None
+    for line in status.splitlines():
+        if line.startswith("Tgid:"):
+            return int(line.split()[1])
     return None
 
 
@@ -33,8 +35,8 @@ def descendants(pid: int) -> list[int]:
             continue
         for tid in tasks:
             try:
-                with open(f"/proc/{current}/task/{tid}/children") as children:
-                    queue += [int(child) for child in children.read().split()]
+                queue += [int(child) for child in
+                          procfs.read(f"/proc/{current}/task/{tid}/children").split()]
             except (OSError, ValueError):
                 continue
     return found

@@ -25,6 +25,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from ..console import rich_console
+
 #: The fields ``update`` accepts, with their values before the first update.
 FIELDS = {"intervals": 0, "phase": None, "phases": 0, "dropped": 0, "implausible": 0}
 
@@ -34,7 +36,7 @@ def status_wanted(stdout: IO | None = None, console: Console | None = None) -> b
     output are terminals, and the terminal is not a dumb one (rich reads
     ``TERM=dumb`` or ``unknown`` as that)."""
     stdout = sys.stdout if stdout is None else stdout
-    console = Console(stderr=True) if console is None else console
+    console = rich_console(stderr=True, soft_wrap=False) if console is None else console
     return _isatty(stdout) and console.is_terminal and not console.is_dumb_terminal
 
 
@@ -63,7 +65,7 @@ class StatusLine:
     def __init__(self, label: str = "phasewatch", *, console: Console | None = None,
                  enabled: bool | None = None, refresh_per_second: float = 4):
         self.label = label
-        self.console = Console(stderr=True) if console is None else console
+        self.console = rich_console(stderr=True, soft_wrap=False) if console is None else console
         self.enabled = status_wanted(console=self.console) if enabled is None else enabled
         self._fields = dict(FIELDS)
         self._lock = threading.Lock()

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 
 from ..core.batch import KERNEL_START
 from .elf_symbols import ElfSymbols, load_symbols
-from .maps import Mapping, parse_maps
+from .maps import Mapping, maps_text, parse_maps
 
 UNKNOWN = "[unknown]"
 KERNEL = "[kernel]"
@@ -67,11 +66,13 @@ class Symbolizer:
         their addresses).  Whether anything changed; cheap when nothing did."""
         if self.pid is None:
             return False
+        text = maps_text(self.pid)
+        if text is None:
+            return False
         try:
-            text = Path(f"/proc/{self.pid}/maps").read_text()
             # Ours: psutil's exe() costs 10 µs (ours 1) and drops the " (deleted)" maps keep
             exe = os.readlink(f"/proc/{self.pid}/exe")
-        except (FileNotFoundError, ProcessLookupError):
+        except OSError:
             return False
         if text == self._last_maps:
             return False

@@ -52,10 +52,11 @@ if TYPE_CHECKING:   # numba, pyarrow and the ELF reader load after CMD starts
 WARM_UP_AFTER_S = 0.1
 
 #: Signals of the design that a run may lack, and the raw columns each needs.
+#: What a host may lack, each with the sets of columns that give it.
 OPTIONAL_SIGNALS = {
-    "core voltage": ("perf_status",),
-    "productive frequency": ("aperf", "mperf", "pperf"),
-    "instructions and cycles (CPI)": ("instructions", "cycles"),
+    "core voltage": (("perf_status",), ("vcore_mv",)),
+    "productive frequency": (("aperf", "mperf", "pperf"),),
+    "instructions and cycles (CPI)": (("instructions", "cycles"),),
 }
 
 
@@ -70,6 +71,7 @@ class WatchOptions:
     sinks: Callable[["Watch"], list] = lambda watch: []
     #: Sinks opened before CMD starts (--output), so that a failure stops it from running.
     opened: list = field(default_factory=list)
+    catalog: str | None = None      # the phase catalogue (None: --no-catalog)
 
 
 @dataclass
@@ -80,6 +82,7 @@ class WatchResult:
     functions: PhaseFunctions
     energy: dict | None             # per phase, where RAPL was read
     failures: list[str]             # outputs that could not be written
+    names: dict[int, str] = field(default_factory=dict)    # each phase's name
 
 
 class Watch:
@@ -99,6 +102,7 @@ class Watch:
         self.summary: PhaseSummary | None = None
         self.trace = None
         self.exit_status: int | None = None
+        self.catalog = None
         self.left_running: list[dict] = []
         self._source_open = True
         self._source_lock = threading.Lock()     # no stop() of a closed source
@@ -146,6 +150,7 @@ class Watch:
         self.symbolizer = Symbolizer.from_pid(child.pid)
         self.meta = self._metadata()
         self.pipeline = self._pipeline()
+        self.catalog = self._catalog()
         self.meta["detection"] = self.settings.recorded()
         self.tree = TreeSymbolizer(self.symbolizer)
         tree_watch = TreeWatch(self.tree, also=[pinning.look]).start()
@@ -236,7 +241,7 @@ class Watch:
         }
         energy = self.options.energy
         return WatchResult(info, self.summary, self.pipeline.stats(), self.functions,
-                           energy.per_phase() if energy else None, failures)
+                           energy.per_phase() if energy else None, failures, self._names())
 
     # -- the pieces ----------------------------------------------------------
 
@@ -244,6 +249,36 @@ class Watch:
         """The pipeline replay builds from the same metadata and settings."""
         from ..core.pipeline import Pipeline
         return Pipeline.for_trace(self.meta, self.settings.params(self.meta))
+
+    def _catalog(self):
+        """The program's known phases, given to the pipeline before its first interval."""
+        if not self.options.catalog or not self.options.program:
+            return None
+        from .phase_catalog import CATALOG_ERRORS, RunCatalog
+        try:
+            catalog = RunCatalog(self.options.catalog, self.options.program, self.options.say)
+            catalog.seed(self.pipeline)
+        except CATALOG_ERRORS as exc:
+            self.options.say(f"phase catalogue {self.options.catalog} not used: {exc}")
+            return None
+        return catalog
+
+    def _names(self) -> dict[int, str]:
+        """Each phase's name, and the run's phases kept in the catalogue."""
+        from .phase_catalog import name_phases
+        rows = self.summary.table()
+        ids = [r["phase"] for r in rows]
+        if self.catalog is None:
+            return name_phases(ids, self.functions, {})
+        from .phase_catalog import CATALOG_ERRORS
+        names = self.catalog.name_new_phases(ids, self.functions)
+        try:
+            self.catalog.save(self.pipeline, {r["phase"]: r["intervals"] for r in rows})
+        except CATALOG_ERRORS as exc:
+            self.options.say(f"phase catalogue {self.options.catalog} not updated: {exc}")
+        finally:
+            self.catalog.close()
+        return names
 
     def _trace(self):
         """The trace writer and its side table (pyarrow, 25 MiB resident, is loaded only for it)."""
@@ -300,7 +335,8 @@ def load_kernels(settings: DetectionSettings, signals) -> None:
 
 def missing_signals(signals) -> list[str]:
     have = set(signals)
-    return [name for name, columns in OPTIONAL_SIGNALS.items() if not set(columns) <= have]
+    return [name for name, ways in OPTIONAL_SIGNALS.items()
+            if not any(set(columns) <= have for columns in ways)]
 
 
 def program_text_range(symbolizer: Symbolizer) -> tuple[int, int] | None:

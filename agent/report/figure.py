@@ -35,6 +35,8 @@ SEGMENT_TITLES = {
     "voltage": ("core voltage", "mV"),
     "pfreq": ("productive frequency", "MHz"),
     "ip": ("code signature", "entry"),
+    "freq": ("clock (APERF/MPERF)", "MHz"),
+    "c0": ("busy share (C0 residency)", "share"),
 }
 
 
@@ -119,7 +121,8 @@ class FigureRecorder(Sink):
         self.bounds = bounds
         self.used = used
         width = int(bounds[-1])
-        self._profiles = ColumnSums(width + len(SEGMENTS), max_columns)
+        self.segments = SEGMENTS[:len(bounds) - 1]
+        self._profiles = ColumnSums(width + len(self.segments), max_columns)
         self._scalars: list[Intervals] = []
         #: Labels code-signature entries (e.g. :meth:`.code_entries.CodeEntries.names`).
         self.name_entries = lambda entries: {}
@@ -171,13 +174,15 @@ class FigureRecorder(Sink):
         sums = self._profiles.result()
         width = int(self.bounds[-1])
         maps = []
-        for s, segment in enumerate(SEGMENTS):
+        for s, segment in enumerate(self.segments):
             members = sums[:, width + s]
             if not self.used[s] or not members.any():
                 continue
             lo, hi = int(self.bounds[s]), int(self.bounds[s + 1])
             with np.errstate(invalid="ignore", divide="ignore"):
                 values = sums[:, lo:hi] / members[:, None]
+            if segment != "ip" and _the_same_throughout(values):
+                continue        # a fixed clock, a CPU never idle: nothing to see
             title, unit = SEGMENT_TITLES.get(segment, (segment, "entry"))
             heat = Heatmap(segment, title, unit, self._centres(segment, hi - lo), values)
             maps.append(self._hottest(heat) if segment == "ip" else heat)
@@ -197,12 +202,27 @@ class FigureRecorder(Sink):
 
     def _centres(self, segment: str, bins: int) -> np.ndarray:
         h = self.params.histograms
-        ranges = {"voltage": h.voltage_mv, "pfreq": h.pfreq_mhz}
+        ranges = {"voltage": h.voltage_mv, "pfreq": h.pfreq_mhz, "freq": h.freq_mhz,
+                  "c0": (0.0, 1.0)}
         if segment not in ranges:
             return np.arange(bins, dtype=np.float64)
         lo, hi = ranges[segment]
         step = (hi - lo) / bins
         return lo + step * (np.arange(bins) + 0.5)
+
+
+#: A value segment no column moves further than this (cumulative distance,
+#: under a shift of one bin in 64) from its mean is not drawn.
+STEADY_DISTANCE = 0.01
+
+
+def _the_same_throughout(values: np.ndarray) -> bool:
+    """Whether every column with samples has about the same histogram."""
+    seen = values[~np.isnan(values).any(axis=1)]
+    if len(seen) == 0:
+        return False
+    moved = np.abs(np.cumsum(seen - seen.mean(axis=0), axis=1)).sum(axis=1)
+    return bool(moved.max() / max(seen.shape[1] - 1, 1) < STEADY_DISTANCE)
 
 
 def column_means(values: np.ndarray, per: int) -> np.ndarray:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
+from ..console import escaped
 from ..core.pipeline import Intervals
 from ..core.source import Sink
 from ..errors import UserError
@@ -33,6 +34,8 @@ def write_report(out_dir: str, figure: PhaseFigure, title: str, notes: list[str]
     from .page import page, plotly_script
     from .png import write_png
     check_report_dir(out_dir)
+    # A page and a PNG are UTF-8 text to their readers: names' stray bytes shown as \xNN.
+    title, notes = escaped(title), [escaped(note) for note in notes]
     if figure.aggregated:
         notes = notes + [f"aggregated for drawing: each column is {figure.per_column} "
                          f"consecutive intervals (mean histograms, mean distance and threshold, "

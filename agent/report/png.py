@@ -57,7 +57,8 @@ def write_png(fig: PhaseFigure, title: str, path) -> None:
             label = "ground truth" + (f" (ARI {fig.ari:.3f})" if fig.ari is not None else "")
             _band(ax, fig.truth, len(fig.truth_names), extent_x, label)
     axes[-1].set_xlabel("interval")
-    figure.suptitle(title, fontsize=12)
+    # The title holds the user's file name: a "$" in it is text, not mathtext to parse.
+    figure.suptitle(title, fontsize=12, parse_math=False)
     figure.savefig(path, dpi=DPI)
     plt.close(figure)
 

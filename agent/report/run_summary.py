@@ -4,8 +4,6 @@ JSON."""
 
 from __future__ import annotations
 
-from rich.markup import escape
-
 from ..collectors.registry import CHOICES
 from ..core.settings import detector_label
 from ..formats.results import finite, summary_dict
@@ -19,6 +17,7 @@ def run_json(result) -> dict:
     out = {**result.info, **summary_dict(result.summary, result.stats, None)}
     out.pop("ari")
     for row in out["phases"]:
+        row["name"] = result.names.get(row["phase"])
         top = result.functions.top(row["phase"], TOP_FUNCTIONS)
         row["top_functions"] = [{"name": name, "share": share} for name, share in top]
         row.update(result.energy.get(row["phase"], {}) if result.energy is not None else {})
@@ -38,11 +37,12 @@ def run_lines(result) -> list:
              f"{stats.interval}, detector "
              f"{detector_label(info['detector'], info.get('detector_chosen'))}, "
              f"threshold {stats.threshold:.3f}",
-             escape(source_line(info["source"], info["not_taken"], info["register_rate"]))]
+             source_line(info["source"], info["not_taken"], info["register_rate"])]
     if info["missing_signals"]:
         lines.append("missing on this host: " + ", ".join(info["missing_signals"]))
     lines.append(phase_table(summary, extra_columns={
-        **energy_columns, "top functions": [top_functions_cell(top) for top in tops]}))
+        **energy_columns, "top functions": [top_functions_cell(top) for top in tops]},
+        names=result.names))
     lines += summary_lines(summary, stats.dropped, stats.implausible)
     lost = info["samples_lost"]
     if lost["ring"] or lost["queue"]:
@@ -55,7 +55,7 @@ def run_lines(result) -> list:
 
 def top_functions_cell(top: list[tuple[str, float]]) -> str:
     """``region_a 97%, region_b 2%``: the functions that round to at least 1 %."""
-    shown = [f"{escape(name)} {100 * share:.0f}%" for name, share in top if share >= 0.005]
+    shown = [f"{name} {100 * share:.0f}%" for name, share in top if share >= 0.005]
     return ", ".join(shown) or "-"
 
 

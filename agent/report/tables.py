@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import math
-import sys
 
-from rich.console import Console
 from rich.table import Table
 
 from ..formats.results import PhaseSummary
@@ -19,7 +17,8 @@ def _num(x: float, fmt: str) -> str:
 TABLE_ROWS = 50
 
 
-def phase_table(summary: PhaseSummary, extra_columns: dict[str, list[str]] | None = None) -> Table:
+def phase_table(summary: PhaseSummary, extra_columns: dict[str, list[str]] | None = None,
+                names: dict[int, str] | None = None) -> Table:
     rows = summary.table()
     share, basis = ("time_share", "time") if summary.timed else ("instruction_share", "instructions")
     shown = range(len(rows))
@@ -29,14 +28,17 @@ def phase_table(summary: PhaseSummary, extra_columns: dict[str, list[str]] | Non
         f"phases: the {len(shown)} of {len(rows)} with the most {basis}"
     table = Table(title=title, title_justify="left")
     for name in ("phase", "intervals", basis, "CPI", "CoV CPI", "voltage mV", "pfreq MHz"):
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="left" if name == "phase" and names else "right")
     for name in extra_columns or {}:
         table.add_column(name, justify="left")
     for i in shown:
         r = rows[i]
         extra = [col[i] for col in (extra_columns or {}).values()]
         share_text = "-" if r[share] is None else f"{100 * r[share]:.1f} %"
-        table.add_row(str(r["phase"]), str(r["intervals"]), share_text,
+        phase = str(r["phase"])
+        if names and names.get(r["phase"]):
+            phase = f"{phase} {names[r['phase']]}"
+        table.add_row(phase, str(r["intervals"]), share_text,
                       _num(r["cpi"], ".3f"), _num(r["cpi_cov"], ".3f"),
                       _num(r["voltage_mv"], ".1f"), _num(r["pfreq_mhz"], ".0f"), *extra)
     return table
@@ -58,13 +60,3 @@ def summary_lines(summary: PhaseSummary, dropped: dict[str, int],
                      "10 GHz; check the MSR device or the trace): "
                      + ", ".join(f"{k} {v}" for k, v in implausible.items()))
     return lines
-
-
-class _Console(Console):
-    def on_broken_pipe(self) -> None:
-        """Leave a closed pipe to the command's caller (rich would exit 1)."""
-        raise BrokenPipeError
-
-
-def console(stream=None) -> Console:
-    return _Console(file=stream or sys.stdout, highlight=False, soft_wrap=True)

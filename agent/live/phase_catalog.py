@@ -1,0 +1,91 @@
+"""A run's phases kept in the catalogue (formats/catalog.py): the pipeline
+starts from the program's known phases, and what the run learnt goes back,
+each phase named from the code that dominates it."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+from ..errors import UserError
+from ..formats.catalog import Catalog, CatalogPhase, program_key, profile_key
+
+#: What the catalogue may raise that ends its use, never the run.
+CATALOG_ERRORS = (sqlite3.Error, OSError, UserError)
+
+#: A phase is named after its top function where that holds at least this
+#: share of its samples, else after its top two joined with ``+``.
+DOMINANT_SHARE = 0.5
+
+
+def phase_name(top: list[tuple[str, float]]) -> str:
+    """``fa``, ``deflate_slow+crc32`` or ``[unknown]``: the code that dominates."""
+    if not top:
+        return "[unknown]"
+    if top[0][1] >= DOMINANT_SHARE or len(top) == 1:
+        return top[0][0]
+    return f"{top[0][0]}+{top[1][0]}"
+
+
+def unique_name(name: str, taken: set[str]) -> str:
+    """The name, with ``~2``, ``~3``... where another phase has it already."""
+    if name not in taken:
+        return name
+    k = 2
+    while f"{name}~{k}" in taken:
+        k += 1
+    return f"{name}~{k}"
+
+
+def name_phases(phase_ids, functions, known: dict[int, str]) -> dict[int, str]:
+    """A name for every phase: ``known``'s where it has one, else from its
+    top functions, unique among all of them.  ``known`` gains the new names."""
+    taken = set(known.values())
+    for pid in phase_ids:
+        if pid not in known:
+            known[pid] = unique_name(phase_name(functions.top(pid, 2)), taken)
+            taken.add(known[pid])
+    return {pid: known[pid] for pid in phase_ids}
+
+
+class RunCatalog:
+    """The catalogue as one run of one program uses it."""
+
+    def __init__(self, path: str, executable: str, warn):
+        self.catalog = Catalog(path, warn)
+        self.program, self.path = program_key(executable)
+        self.names: dict[int, str] = {}
+        self.first_seen: dict[int, float] = {}
+        self.profile = ""
+
+    def seed(self, pipeline) -> None:
+        """Start the pipeline's classifier from the program's known phases."""
+        if not self.catalog.usable:
+            return
+        self.profile = profile_key(pipeline.params.detector.detector, pipeline.layout.bounds)
+        key = f"{self.program}|{self.profile}"
+        known = self.catalog.phases(key)
+        pipeline.classifier.seed([p.known for p in known], self.catalog.next_id(key))
+        self.names = {p.known.id: p.name for p in known}
+        self.first_seen = {p.known.id: p.first_seen for p in known}
+
+    def name_new_phases(self, phase_ids, functions) -> dict[int, str]:
+        """A name for every phase of the run: the catalogue's where it has
+        one, else from its top functions, unique within the program."""
+        return name_phases(phase_ids, functions, self.names)
+
+    def save(self, pipeline, intervals: dict[int, int]) -> None:
+        """The run's live phases back into the catalogue, with the intervals
+        each took in this run."""
+        if not self.catalog.usable:
+            return
+        now = time.time()
+        phases = [CatalogPhase(k, self.names.get(k.id, "[unknown]"), intervals.get(k.id, 0),
+                               self.first_seen.get(k.id, now),
+                               now if intervals.get(k.id) else self.first_seen.get(k.id, now))
+                  for k in pipeline.classifier.known()]
+        self.catalog.save(self.program, self.path, self.profile, pipeline.classifier.next_id,
+                          phases)
+
+    def close(self) -> None:
+        self.catalog.close()

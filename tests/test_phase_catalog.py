@@ -1,0 +1,207 @@
+"""The phase catalogue: the same behaviour keeps its id and name from run to
+run, ids are never given twice, catalogues travel between hosts, and what a
+host does to the file (damage, another owner, a full disk, kill -9) costs at
+most the update, never the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from phasewatch.core.classify import KnownPhase
+from phasewatch.core.params import DetectorParams, Params, histogram_params_of, interval_params_of
+from phasewatch.core.pipeline import Pipeline
+from phasewatch.formats import synthetic
+from phasewatch.formats.catalog import Catalog, CatalogPhase
+
+PHASEWATCH = [sys.executable, "-m", "phasewatch.cli"]
+PARTS = {"fa", "fb", "fc"}
+
+
+@pytest.fixture(scope="module")
+def sequence(abab) -> Path:
+    return abab.parent / "sequence"
+
+
+def run(sequence: Path, order: str, tmp_path: Path, catalog: Path | str | None,
+        seconds: float = 0.5) -> dict:
+    """One ``phasewatch run`` of the sequence program: its phases by name -> id."""
+    out = tmp_path / f"run-{order}-{time.monotonic_ns()}.json"
+    where = ["--no-catalog"] if catalog is None else ["--catalog", str(catalog)]
+    proc = subprocess.run([*PHASEWATCH, "run", "--detector", "vpf-ip", *where,
+                           "--json", str(out), "--", str(sequence), order, str(seconds)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "catalogue" in line]
+    return {"ids": {row["name"]: row["phase"] for row in json.loads(out.read_text())["phases"]},
+            "said": said}
+
+
+@pytest.mark.parametrize("orders", [("ABCAB", "ABCAB", "CABAB"), ("CABAB", "ABCAB", "BCA")])
+def test_each_part_keeps_its_id_and_name_in_every_run(sequence, tmp_path, orders):
+    catalog = tmp_path / "catalog.sqlite"
+    runs = [run(sequence, order, tmp_path, catalog)["ids"] for order in orders]
+    for ids in runs:
+        assert PARTS <= set(ids), runs
+    assert all({name: ids[name] for name in PARTS} == {name: runs[0][name] for name in PARTS}
+               for ids in runs), runs
+
+
+def test_without_the_catalogue_ids_follow_the_order_of_appearance(sequence, tmp_path):
+    first = run(sequence, "CAB", tmp_path, None)["ids"]
+    assert first["fc"] == 0 and first["fa"] == 1 and first["fb"] == 2
+    assert not any(tmp_path.rglob("*.sqlite"))
+
+
+def known(pid: int, width: int, segments: int, hot: int) -> KnownPhase:
+    centroid = np.zeros(width)
+    centroid[hot] = 1.0
+    return KnownPhase(pid, centroid, np.full(segments, 4), np.full(segments, 30.0), 4)
+
+
+def test_ids_are_never_given_twice():
+    meta = synthetic.eight_phase_metadata(100_000_000)
+    params = Params(interval=interval_params_of(meta), histograms=histogram_params_of(meta),
+                    detector=DetectorParams(detector="vpf-ip"))
+    pipeline = Pipeline.for_trace(meta, params)
+    state, width = pipeline.classifier, pipeline.layout.width
+    segments = len(pipeline.layout.bounds) - 1
+    state.seed([known(0, width, segments, 10), known(3, width, segments, 20)], next_id=7)
+    assert sorted(p.id for p in state.known()) == [0, 3]
+    assert state.next_id == 7 and state.n_phases == 0
+    with pytest.raises(ValueError):
+        state.seed([], next_id=0)
+
+
+def test_the_catalogue_next_id_never_goes_back(tmp_path):
+    catalog = Catalog(tmp_path / "c.sqlite")
+    phase = CatalogPhase(known(0, 4, 1, 0), "fa", 3, 1.0, 2.0)
+    assert catalog.save("prog", "/bin/prog", "vpf-ip:0,4", 5, [phase])
+    assert catalog.save("prog", "/bin/prog", "vpf-ip:0,4", 2, [phase])
+    assert catalog.next_id("prog|vpf-ip:0,4") == 5
+    [kept] = catalog.phases("prog|vpf-ip:0,4")
+    assert (kept.name, kept.intervals, kept.first_seen, kept.last_seen) == ("fa", 6, 1.0, 2.0)
+    catalog.close()
+
+
+def test_a_catalogue_merged_from_another_host_gives_its_ids_and_names(sequence, tmp_path):
+    host_a, host_b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    ids_a = run(sequence, "ABC", tmp_path, host_a)["ids"]
+    ids_b = run(sequence, "CAB", tmp_path, host_b)["ids"]
+    assert {n: ids_a[n] for n in PARTS} != {n: ids_b[n] for n in PARTS}
+    exported = tmp_path / "a.json"
+    for argv in (["export", str(exported), "--catalog", str(host_a)],
+                 ["import", str(exported), "--catalog", str(host_b)]):
+        proc = subprocess.run([*PHASEWATCH, "catalog", *argv], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+    after = run(sequence, "BCA", tmp_path, host_b)["ids"]
+    assert {n: after[n] for n in PARTS} == {n: ids_a[n] for n in PARTS}
+
+
+def test_merging_a_catalogue_file_takes_its_ids(sequence, tmp_path):
+    host_a, host_b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    ids_a = run(sequence, "BAC", tmp_path, host_a)["ids"]
+    run(sequence, "CBA", tmp_path, host_b)
+    proc = subprocess.run([*PHASEWATCH, "catalog", "merge", str(host_a), "--catalog", str(host_b)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and "3 phases of 1 programs" in proc.stdout, proc.stderr
+    listed = subprocess.run([*PHASEWATCH, "catalog", "show", str(sequence), "--catalog",
+                             str(host_b)], capture_output=True, text=True)
+    for name in PARTS:
+        assert f"│ {ids_a[name]}     │ {name}" in listed.stdout, listed.stdout
+
+
+def test_a_damaged_catalogue_is_moved_aside_and_the_run_goes_on(sequence, tmp_path):
+    catalog = tmp_path / "catalog.sqlite"
+    catalog.write_bytes(b"not a database, " * 100)
+    got = run(sequence, "AB", tmp_path, catalog)
+    assert len(got["said"]) == 1 and "moved aside" in got["said"][0]
+    [aside] = tmp_path.glob("catalog.sqlite.corrupt-*")
+    assert aside.read_bytes() == b"not a database, " * 100
+    assert run(sequence, "BA", tmp_path, catalog)["ids"] == got["ids"]
+
+
+def test_a_catalogue_of_another_user_is_refused(sequence, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    catalog = tmp_path / "catalog.sqlite"
+    run(sequence, "AB", tmp_path, catalog)
+    os.chown(catalog, 65534, 65534)
+    before = catalog.read_bytes()
+    got = run(sequence, "BA", tmp_path, catalog)
+    assert len(got["said"]) == 1 and "belongs to another user" in got["said"][0]
+    assert got["ids"]["fb"] == 0        # not seeded: ids in order of appearance
+    assert catalog.read_bytes() == before
+
+
+def test_a_full_disk_stops_the_update_not_the_run(sequence, tmp_path, tiny_filesystem):
+    catalog = tiny_filesystem / "catalog.sqlite"
+    first = run(sequence, "AB", tmp_path, catalog)["ids"]
+    try:
+        with open(tiny_filesystem / "filler", "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+    except OSError:
+        pass                            # the disk is full
+    got = run(sequence, "CAB", tmp_path, catalog)
+    assert {n: got["ids"][n] for n in ("fa", "fb")} == {n: first[n] for n in ("fa", "fb")}
+    assert len(got["said"]) == 1 and "not updated" in got["said"][0]
+    kept = Catalog(catalog, create=False)
+    assert sorted(p.name for p in kept.phases(kept.programs()[0]["key"])) == ["fa", "fb"]
+    kept.close()
+
+
+WRITER = """
+import sys, numpy as np
+from phasewatch.core.classify import KnownPhase
+from phasewatch.formats.catalog import Catalog, CatalogPhase
+catalog = Catalog(sys.argv[1])
+k = 0
+while True:
+    phases = [CatalogPhase(KnownPhase(i, np.full(2048, float(k)), np.full(5, 4), np.full(5, 30.0), 4),
+                           f"f{i}", 1, 1.0, float(k)) for i in range(k % 50 + 1)]
+    catalog.save("prog", "/bin/prog", "vpf-ip:0,2048", k + 1, phases)
+    k += 1
+    print(k, flush=True)
+"""
+
+
+def test_kill_9_mid_write_loses_at_most_the_last_update(tmp_path):
+    path = tmp_path / "catalog.sqlite"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE,
+                              text=True)
+    for _ in range(40):                 # forty updates done, then killed mid-way
+        writer.stdout.readline()
+    os.kill(writer.pid, signal.SIGKILL)
+    writer.wait()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    db.close()
+    catalog = Catalog(path)
+    next_id = catalog.next_id("prog|vpf-ip:0,2048")
+    phases = catalog.phases("prog|vpf-ip:0,2048")
+    assert next_id >= 40
+    # every phase of the last whole update carries that update's centroid
+    last = next_id - 1
+    assert all(p.known.centroid[0] == last for p in phases if p.last_seen == last)
+    assert len([p for p in phases if p.last_seen == last]) == last % 50 + 1
+    catalog.close()
+
+
+def test_a_non_export_is_refused_in_one_line(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something-else"}')
+    proc = subprocess.run([*PHASEWATCH, "catalog", "import", str(bad), "--catalog",
+                           str(tmp_path / "c.sqlite")], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "not a phasewatch-catalog export" in proc.stderr
