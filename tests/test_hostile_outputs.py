@@ -156,7 +156,8 @@ def test_run_refuses_an_existing_output_in_an_unwritable_folder_before_it_runs(s
     target.chmod(0o666)           # the file may be written, the folder may not
     locked.chmod(0o755)
     marker = shared / "ran"
-    proc = phasewatch("run", "--no-pin", option, target, "--", "touch", marker, user="nobody")
+    proc = phasewatch("run", "--no-pin", "--no-catalog", option, target, "--", "touch", marker,
+                      user="nobody")
     refused(proc, "permission denied")
     assert not marker.exists(), "the command ran before the output was refused"
     assert target.read_text() == "theirs\n"
