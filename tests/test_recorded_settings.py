@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from daemonutil import Daemon
+from phasewatch.core.settings import DetectionSettings
 from phasewatch.formats.trace import TraceReader
 
 BIN = Path(sys.executable).parent / "phasewatch"
@@ -112,3 +113,14 @@ def test_phasewatchd_takes_the_detection_options():
     for option in ("--detector", "--threshold", "--adaptive", "--interval-samples",
                    "--interval-ms", "--interval-instructions"):
         assert option in proc.stdout
+
+
+def test_the_samples_interval_warning_counts_milliseconds_at_the_rate_sampled():
+    """-F 200: 100 samples are 500 ms of CPU time, and the warning says so."""
+    said = []
+    fitted = DetectionSettings().for_stream(("t_ns", "cpu", "tid", "ip"), said.append,
+                                            rate_hz=200)
+    assert fitted.interval.kind == "samples"
+    assert said == ["the samples have no instruction counts: ending intervals every 100 samples "
+                    "instead (500 ms of the program's CPU time at 200 Hz; set it with "
+                    "--interval-samples or --interval-ms)"]

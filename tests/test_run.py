@@ -141,6 +141,16 @@ def test_json_summary_parses_and_names_the_top_functions(abab, tmp_path):
     assert all(0 < s <= 1 + 1e-9 for s in shares)
 
 
+def test_json_on_stderr_is_json_alone(abab):
+    """Without FILE the summary is on stderr, and the warnings are in it, not beside it."""
+    proc = phasewatch("run", "--json", "--", abab, "0.3")
+    assert proc.returncode == 0
+    summary = json.loads(proc.stderr)
+    if "instructions" not in summary["signals"]:
+        assert any("no instruction counts" in w for w in summary["warnings"])
+    assert {row["name"] for row in summary["phases"]} >= {"region_a", "region_b"}
+
+
 def test_a_command_killed_by_a_signal_exits_128_plus_the_signal():
     proc = phasewatch("run", "--no-pin", "--", "sh", "-c", "kill -TERM $$")
     assert proc.returncode == 128 + signal.SIGTERM, proc.stderr

@@ -195,7 +195,13 @@ def catalog_path(args) -> str | None:
 
 def watch(args, settings: DetectionSettings, child, source,
           relay: TerminalRelay | None = None) -> int:
-    say = (lambda msg: None) if args.quiet else warn
+    said: list[str] = []
+
+    def say(message: str) -> None:
+        """A warning, kept for --json; on stderr unless the JSON goes there."""
+        said.append(message)
+        if not args.quiet and args.json != "-":
+            warn(message)
     options = WatchOptions(settings, say, program=args.program, record=args.record,
                            catalog=args.catalog,
                            sinks=lambda w: [sink for option, make in OPTION_SINKS
@@ -205,6 +211,7 @@ def watch(args, settings: DetectionSettings, child, source,
     options.opened = [results_sink(args)] if args.output else []
     options.energy = phase_energy(args)         # reading before CMD's first sample
     result = watching.run()
+    result.info["warnings"] = said
     report(args, result)
     if options.energy is not None and result.info["trace"]:
         record_energy(args.record, options.energy)

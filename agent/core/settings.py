@@ -163,12 +163,13 @@ class DetectionSettings:
 
     def for_stream(self, signals, warn: Callable[[str], None], *,
                    default_interval: IntervalParams = IntervalParams(),
-                   fall_back: bool = False) -> "DetectionSettings":
+                   fall_back: bool = False, rate_hz: float = 1000.0) -> "DetectionSettings":
         """The settings fitted to a stream of ``signals``: its interval made
         concrete (``default_interval`` where none was chosen; samples where
         instructions are not counted), and, with ``fall_back``, ``vpf``
         giving way to ``vpf-ip`` where only IPs are sampled.  An error if the
-        detector can use none of the signals."""
+        detector can use none of the signals.  ``rate_hz``: samples a second
+        of CPU time, for the warning's milliseconds."""
         if self.detector is None:
             detector = best_detector(signals)
         else:
@@ -176,9 +177,10 @@ class DetectionSettings:
         detectors.check_signals(detector, signals)
         interval = self.interval or default_interval
         if interval.kind == "instructions" and "instructions" not in signals:
+            ms = interval.samples * 1000.0 / (rate_hz or 1000.0)
             warn("the samples have no instruction counts: ending intervals every "
-                 f"{interval.samples} samples instead ({interval.samples} ms of the program's "
-                 "CPU time at 1 kHz; set it with --interval-samples or --interval-ms)")
+                 f"{interval.samples} samples instead ({ms:g} ms of the program's CPU time at "
+                 f"{rate_hz:g} Hz; set it with --interval-samples or --interval-ms)")
             interval = replace(interval, kind="samples")
         return replace(self, detector=detector, interval=interval)
 

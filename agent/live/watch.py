@@ -93,7 +93,9 @@ class Watch:
                  relay: TerminalRelay | None = None):
         self.child, self.source, self.options, self.relay = child, source, options, relay
         self.signals = tuple(source.signals)
-        self.settings = options.settings.for_stream(self.signals, options.say, fall_back=True)
+        self.settings = options.settings.for_stream(
+            self.signals, options.say, fall_back=True,
+            rate_hz=source.metadata.get("sample_rate_hz") or 1000.0)
         self.pipeline: Pipeline | None = None
         self.meta: dict = {}
         self.symbolizer: Symbolizer | None = None
