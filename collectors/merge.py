@@ -201,10 +201,12 @@ class MergedSource:
                 "errors": first["errors"] + second["errors"]}
 
     def stop(self) -> None:
-        """End the stream soon, where the parts can stop (an attached watch interrupted)."""
-        for part in (self.primary, self.secondary):
-            if hasattr(part, "stop"):
-                part.stop()
+        """End the stream soon (the watched process ended, or the watch was
+        interrupted): the primary stops, and the secondary keeps reading
+        until it has caught up with the primary's last rows (:meth:`close`
+        ends it)."""
+        if hasattr(self.primary, "stop"):
+            self.primary.stop()
 
     def close(self) -> None:
         self.primary.close()

@@ -115,11 +115,19 @@ def read_group(fd: int, n: int) -> np.ndarray:
 NO_EVENT = (errno.ENOENT, errno.EOPNOTSUPP, errno.ENODEV, errno.EINVAL)
 
 
-def advice(exc: OSError, what: str = "perf_event_open", virtual: bool = False) -> str:
-    """The one-line reason and fix for a perf_event_open that failed."""
+#: The highest perf_event_paranoid that lets a user open an event: CPU-wide,
+#: on a process counting its kernel time too, on a process in user mode only.
+ALLOWED_AT = {"cpu": 0, "process": 1, "process-user": 2}
+
+
+def advice(exc: OSError, what: str = "perf_event_open", virtual: bool = False,
+           allowed_at: int = ALLOWED_AT["process"], pid: int | None = None) -> str:
+    """The one-line reason and fix for a perf_event_open that failed.
+    ``allowed_at``: the highest perf_event_paranoid that allows this open;
+    lowering it is advised only where it is higher.  ``pid``: the process
+    watched, whose owner perf checks whatever the setting."""
     if exc.errno in (errno.EACCES, errno.EPERM):
-        return (f"perf_event_paranoid={paranoid()} forbids {what}: run as root, grant "
-                f"CAP_PERFMON, or lower it (sysctl kernel.perf_event_paranoid=1)")
+        return refusal(what, allowed_at, pid, exc.strerror)
     if exc.errno in NO_EVENT and exc.errno != errno.EINVAL:
         if virtual:
             return "no hardware PMU: virtual machine (enable PMU passthrough in the hypervisor)"
@@ -131,6 +139,27 @@ def advice(exc: OSError, what: str = "perf_event_open", virtual: bool = False) -
     if exc.errno == errno.EMFILE:
         return f"{what}: too many open files: raise the limit (ulimit -n)"
     return f"{what}: perf_event_open failed: {exc.strerror}"
+
+
+def refusal(what: str, allowed_at: int, pid: int | None, reason: str | None = None) -> str:
+    level = paranoid()
+    if level is None or level > allowed_at:
+        return (f"perf_event_paranoid={level} forbids {what}: run as root, grant CAP_PERFMON, "
+                f"or lower it (sysctl kernel.perf_event_paranoid={allowed_at})")
+    owner = owner_of(pid) if pid is not None else None
+    if owner is not None and owner != os.geteuid():
+        return (f"{what}: pid {pid} is another user's process (uid {owner}), which perf lets "
+                f"only its owner or root watch (perf_event_paranoid={level} is not what stops "
+                f"it): run as that user or as root, or grant CAP_SYS_PTRACE")
+    return (f"{what}: refused ({reason or os.strerror(errno.EACCES)}) though perf_event_paranoid={level} "
+            f"allows it: run as root or grant CAP_PERFMON")
+
+
+def owner_of(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
 
 
 def paranoid(root: str = "/proc") -> int | None:

@@ -35,7 +35,7 @@ def refusal(cpu: int, columns, sys_root: str = "/sys") -> str | None:
     try:
         PerfMsrReader([cpu], columns, sys_root).close()
     except OSError as exc:
-        return pe.advice(exc, "counting CPU-wide")
+        return pe.advice(exc, "counting CPU-wide", allowed_at=pe.ALLOWED_AT["cpu"])
     return None
 
 

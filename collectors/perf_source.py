@@ -53,10 +53,11 @@ EVENTS = {
 }
 
 
-def privilege_error(exc: OSError, what: str) -> UserError:
-    """The one-line message for a perf_event_open that was refused."""
+def privilege_error(exc: OSError, what: str, **context) -> UserError:
+    """The one-line message for a perf_event_open that was refused
+    (``context``: what :func:`.perf_event.advice` takes)."""
     kind = MissingPrivilege if exc.errno in (errno.EACCES, errno.EPERM) else UserError
-    return kind(pe.advice(exc, what))
+    return kind(pe.advice(exc, what, **context))
 
 
 def sample_period(event: str, rate_hz: int, cycles_hz: float) -> int:
@@ -119,6 +120,7 @@ class PerfSource:
         self._poll_ms = poll_ms
         self._closed = False
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._pidfd = _pidfd_of(pid)
         self._groups: list[_Group] = []
         self._specs = dict(EVENTS)
         self._value_index: dict[str, int] = {}
@@ -177,7 +179,9 @@ class PerfSource:
                 self._close_fds()
                 if exc.errno in NO_EVENT and i + 1 < len(candidates):
                     continue
-                raise privilege_error(exc, f"sampling {name}") from None
+                raise privilege_error(exc, f"sampling {name}", pid=self.pid,
+                                      allowed_at=self._allowed_at(kernel=self.include_kernel)
+                                      ) from None
         raise AssertionError("unreachable")
 
     def _open_all(self, name: str, wanted: list[str], pages: int) -> tuple[str, ...]:
@@ -217,12 +221,21 @@ class PerfSource:
             if exc.errno in NO_EVENT or exc.errno in (errno.EACCES, errno.EPERM):
                 self.not_opened[member] = (f"not in a group sampling {name}: " +
                                            pe.advice(exc, f"counting {member}",
-                                                     virtual=read_cpuinfo().hypervisor))
+                                                     virtual=read_cpuinfo().hypervisor,
+                                                     allowed_at=self._allowed_at(
+                                                         kernel=member in perf_msr.EVENT_COLUMNS),
+                                                     pid=self.pid))
                 return False
             raise
         for fd in group.fds:
             os.close(fd)
         return True
+
+    def _allowed_at(self, kernel: bool) -> int:
+        """The highest perf_event_paranoid that lets a user open our events."""
+        if self.pid is None:
+            return pe.ALLOWED_AT["cpu"]
+        return pe.ALLOWED_AT["process" if kernel else "process-user"]
 
     def _sample_type(self, members) -> int:
         return SAMPLE_TYPE | (pe.SAMPLE_READ if members else 0)
@@ -267,7 +280,7 @@ class PerfSource:
         while not self._closed and not self._ended:
             events = poller.poll(self.poll_ms)
             if any(ev & select.POLLHUP for fd, ev in events if fd != self._wake):
-                self._ended = self._target_gone()
+                self._ended = self._ended or self._target_gone()
             batch = self.read()
             if len(batch):
                 yield batch
@@ -286,16 +299,22 @@ class PerfSource:
         return SampleBatch(cols)
 
     def _target_gone(self) -> bool:
+        """Whether the watched process has ended: by its pidfd where the
+        kernel has one (its number may already be another process's)."""
         if self.pid is None:
             return False
+        if self._pidfd is not None:
+            return bool(select.select([self._pidfd], [], [], 0)[0])
         return not procfs.alive(self.pid)
 
     def stop(self) -> None:
         """End :meth:`batches` now (an attached watch interrupted)."""
         self._ended = True
+        if self._wake < 0:      # closed already
+            return
         try:
             os.eventfd_write(self._wake, 1)
-        except OSError:       # closed already
+        except OSError:
             pass
 
     def stats(self) -> dict[str, int]:
@@ -311,6 +330,9 @@ class PerfSource:
         if self._wake >= 0:
             os.close(self._wake)
             self._wake = -1
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
     def _close_fds(self) -> None:
         for group in self._groups:
@@ -329,6 +351,13 @@ class PerfSource:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _pidfd_of(pid: int | None) -> int | None:
+    try:
+        return None if pid is None else os.pidfd_open(pid)
+    except (AttributeError, OSError):     # gone already, or a kernel before 5.3
+        return None
 
 
 def interval_ends(pid: int | None = None, cpus: list[int] | None = None,

@@ -161,6 +161,8 @@ def open_source(choice: str = "auto", *, pid: int | None = None, cpus=None,
     if choice not in CHOICES:
         raise UserError(f"unknown source {choice!r}: choose one of {', '.join(CHOICES)}")
     host = host or Host(msr_path=msr_path)
+    if cpus is not None:
+        check_online(cpus, host.sys_root)
     target = Target(pid, list(cpus) if cpus is not None else None, rate_hz, perf_options)
     if choice == "auto":
         taken, passed = candidates(survey(host))
@@ -180,6 +182,27 @@ def open_source(choice: str = "auto", *, pid: int | None = None, cpus=None,
         return source
     raise UserError("no source of samples opened: " +
                     "; ".join(f"{n}: {r}" for n, r in passed.items()))
+
+
+def check_online(cpus, sys_root: str) -> None:
+    """Refuse a CPU the host does not have online, naming the ones it has
+    (every source would fail on it with no more than EINVAL)."""
+    online = online_cpus(sys_root)
+    for cpu in cpus:
+        if cpu not in online:
+            raise UserError(f"CPU {cpu}: not an online CPU of this host, whose CPUs are "
+                            f"{cpu_list(online)}: give CPUs among those")
+
+
+def cpu_list(cpus: list[int]) -> str:
+    """``0-3,6``: the kernel's own form of a CPU list."""
+    spans: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if spans and cpu == spans[-1][1] + 1:
+            spans[-1][1] = cpu
+        else:
+            spans.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 # --- kmod ----------------------------------------------------------------------

@@ -77,7 +77,9 @@ def fuzz_count():
 
 #: Files of named hostile-input cases, whose passing count the summary shows.
 HOSTILE_FILES = ("test_robust.py", "test_hostile_files.py", "test_hostile_inputs.py",
-                 "test_daemon_hostile.py")
+                 "test_daemon_hostile.py", "test_hostile_bytes.py", "test_hostile_markup.py",
+                 "test_hostile_stdio.py", "test_hostile_outputs.py", "test_hostile_processes.py",
+                 "test_hostile_targets.py")
 
 
 def pytest_terminal_summary(terminalreporter):

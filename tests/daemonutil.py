@@ -49,10 +49,11 @@ def write_trace(path: Path, cpus: int = 1, samples: int = 0) -> Path:
 class Daemon:
     """A phasewatchd process; stopped with SIGTERM when the test ends."""
 
-    def __init__(self, *args, metrics_port: int | None = None, zmq_port: int | None = None):
+    def __init__(self, *args, metrics_port: int | None = None, zmq_port: int | None = None,
+                 zmq: str | None = None):
         self.metrics_port = metrics_port or free_port()
         self.zmq_port = zmq_port or free_port()
-        self.zmq = f"tcp://127.0.0.1:{self.zmq_port}"
+        self.zmq = zmq or f"tcp://127.0.0.1:{self.zmq_port}"
         self.argv = [str(DAEMON), *map(str, args),
                      "--metrics", f"127.0.0.1:{self.metrics_port}", "--zmq", self.zmq]
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..console import warn
 from ..errors import UserError
 from ..formats.metadata import MAX_BASE_MHZ
-from ..formats.outputs import check_outputs
+from ..formats.outputs import Recording, check_outputs
 from ..formats.trace import TraceWriter
 from ..formats.tracefiles import open_trace
 from .arguments import number
@@ -20,13 +20,13 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    check_outputs([args.output], inputs=[args.input])
+    check_outputs([Recording(args.output)], inputs=[Recording(args.input)])
     source = open_trace(args.input, base_mhz=args.base_mhz, warn=warn)
     meta = dict(source.metadata)
     if args.base_mhz:
         meta["base_freq_mhz"] = args.base_mhz
     try:
-        with TraceWriter(args.output, meta, source.signals, inputs=[args.input]) as writer:
+        with TraceWriter(args.output, meta, source.signals, inputs=[Recording(args.input)]) as writer:
             for batch in source.batches():
                 writer.write(batch)
     finally:

@@ -21,6 +21,7 @@ import threading
 import zmq
 
 from ..errors import UserError
+from ..formats.outputs import check_ipc_endpoint
 
 DEFAULT_BIND = "tcp://127.0.0.1:5557"
 CONTROL = "inproc://phasewatch-proxy-control"
@@ -51,6 +52,7 @@ def run(args) -> int:
                 upstream.connect(endpoint)
             except zmq.ZMQError as exc:
                 raise UserError(f"--connect {endpoint}: {exc.strerror}") from None
+        check_ipc_endpoint(args.bind, "--bind")
         try:
             downstream.bind(args.bind)
         except zmq.ZMQError as exc:

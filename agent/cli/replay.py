@@ -37,11 +37,13 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from ..replay.trace import ReplayOptions, replay
     traces = trace_paths(args.trace)
-    if args.pprof and (len(traces) > 1 or args.per_cpu):
-        raise UserError("--pprof takes one trace, replayed whole: drop --per-cpu or give one trace")
+    many = len(traces) > 1 or args.per_cpu or any(os.path.isdir(p) for p in args.trace)
+    if args.pprof and many:
+        raise UserError("--pprof takes one trace, replayed whole: give one trace file (not a "
+                        "folder), without --per-cpu")
     options = ReplayOptions(given_settings(args), output=args.output, pprof=args.pprof,
                             labels=args.labels, base_mhz=args.base_mhz)
-    if len(traces) > 1 or args.per_cpu:
+    if many:      # a folder stands for its traces, however many: --output names a folder
         return replay_many(args, traces, options)
     replayed = replay(traces[0], options, warn)
     show(replayed, args.json)
@@ -75,14 +77,19 @@ def replay_many(args, traces: list[str], options) -> int:
 
 def trace_paths(given: list[str]) -> list[str]:
     """The traces named, a folder standing for the recordings in it (each
-    trace's side table goes with it), in name order."""
+    trace's side table goes with it), in name order.  A file in the folder
+    that cannot be read is refused, not passed over: it may be a trace."""
     from ..formats.tracefiles import is_recording
     paths = []
     for path in given:
         if os.path.isdir(path):
-            inside = sorted(os.path.join(path, name) for name in os.listdir(path)
-                            if not name.startswith(".") and os.path.isfile(os.path.join(path, name))
-                            and is_recording(os.path.join(path, name)))
+            files = sorted(os.path.join(path, name) for name in os.listdir(path)
+                           if not name.startswith(".") and os.path.isfile(os.path.join(path, name)))
+            for file in files:
+                if not os.access(file, os.R_OK):
+                    raise UserError(f"{file}: permission denied, in the folder {path}: make it "
+                                    f"readable, or move it out of the folder")
+            inside = [file for file in files if is_recording(file)]
             if not inside:
                 raise UserError(f"{path}: a folder with no traces in it")
             paths += inside

@@ -24,6 +24,7 @@ from ..core.pipeline import Intervals, Pipeline
 from ..core.settings import pipeline_for
 from ..errors import UserError
 from ..formats.inputs import read_text
+from ..formats.outputs import Recording
 from ..formats.labellings import number_problem, phase_problem, read_labels
 from ..formats.results import adjusted_rand_index
 from ..formats.tracefiles import open_trace
@@ -86,7 +87,8 @@ def run(args) -> int:
     notes = describe(trace, pipeline, figure, results is not None and args.input)
     sections = [diff_section(args.diff, trace, args)] if args.diff else []
     written = write_report(args.out, figure, f"phases of {os.path.basename(trace)}", notes, rows,
-                           inputs=[trace, args.input, args.labels, args.diff], sections=sections)
+                           inputs=[Recording(trace), args.input, args.labels,
+                                   Recording(args.diff) if args.diff else None], sections=sections)
     print(f"phasewatch report: wrote {', '.join(written)} ({len(intervals)} intervals, "
           f"{len(rows)} phases)")
     return 0

@@ -37,7 +37,7 @@ from ..core.batch import ID_RANGES
 from ..core.detectors import SAMPLE_DETECTORS
 from ..core.settings import DetectionSettings
 from ..errors import UserError
-from ..formats.outputs import check_outputs, open_output
+from ..formats.outputs import Recording, check_outputs, open_output
 from ..formats.sidetable import check_side_table_output
 from ..live.attach import Attached
 from ..live.child import Child
@@ -107,7 +107,7 @@ def run(args) -> int:
     settings = check_arguments(args, resolve_command(argv[0]))
     relay = TerminalRelay() if relay_wanted() and not args.quiet else None
     with Child.start(argv, cpu=args.cpu, pin=not args.no_pin,
-                     stdio=relay.slaves if relay else None) as child:
+                     stdio=relay.slaves if relay else None, adopt_orphans=True) as child:
         if relay:
             relay.started()
         source = open_source(args.source, pid=child.pid,
@@ -156,16 +156,19 @@ def check_arguments(args, program: str | None) -> DetectionSettings:
     if args.catalog and args.no_catalog:
         raise UserError("--catalog and --no-catalog contradict each other: give one of them")
     args.catalog = catalog_path(args)
-    check_outputs([args.record, args.output, json_file(args), args.pprof, args.catalog],
+    report = []
+    if args.report:
+        from ..report.folder import check_report_dir, report_files
+        check_report_dir(args.report)
+        report = report_files(args.report)
+    record = Recording(args.record) if args.record else None
+    check_outputs([record, args.output, json_file(args), args.pprof, args.catalog, *report],
                   inputs=[args.program])
     if args.powercap_root:
         from ..live.phase_energy import EnergyMeter
         EnergyMeter.open(args.powercap_root)
     if args.record:
         check_side_table_output(args.record, inputs=[args.program, args.output])
-    if args.report:
-        from ..report.folder import check_report_dir
-        check_report_dir(args.report)
     return settings
 
 

@@ -37,6 +37,8 @@ class DaemonCounts:
         self.lag_s: Callable[[], float] = lambda: 0.0
         #: each register sampler's rate and why (collectors.budget.RegisterRate.as_dict)
         self.register_rates: Callable[[], list[dict]] = lambda: []
+        #: errors a target caused, by (configured target, kind) (.target_errors)
+        self.target_errors: Callable[[], dict[tuple[str, str], int]] = lambda: {}
 
 
 class PhasewatchCollector:
@@ -150,7 +152,13 @@ class PhasewatchCollector:
         lag.add_metric([], c.lag_s())
         build = InfoMetricFamily("phasewatch_build", "The daemon's version")
         build.add_metric([], {"version": __version__})
-        return (samples, dropped, zmq_dropped, cpu, lag, build) + self._register_rate_metrics()
+        errors = CounterMetricFamily("phasewatch_target_errors",
+                                     "Errors a target caused, caught: looking for it, opening "
+                                     "its source, watching it", labels=["target", "kind"])
+        for (target, kind), n in sorted(c.target_errors().items()):
+            errors.add_metric([target, kind], n)
+        return ((samples, dropped, zmq_dropped, cpu, lag, build, errors)
+                + self._register_rate_metrics())
 
     def _register_rate_metrics(self):
         """The register sampler's rate: lowered where the requested one does

@@ -69,6 +69,7 @@ from ..core.source import Classified
 from ..core.pipeline import Intervals
 from ..core.source import Sink
 from ..errors import UserError
+from ..formats.outputs import check_ipc_endpoint
 from .subguard import SubscriberGuard
 
 WIRE_VERSION = 1
@@ -146,10 +147,14 @@ class Publisher:
             sock.curve_publickey, sock.curve_secretkey = self._keys
             sock.curve_server = True
         try:
+            check_ipc_endpoint(self.endpoint, "--zmq")
             sock.bind(self.endpoint)
         except zmq.ZMQError as exc:
             sock.close(0)
             raise UserError(f"--zmq {self.endpoint}: cannot bind: {exc.strerror}") from None
+        except UserError:
+            sock.close(0)
+            raise
         return sock
 
     def _secure(self, curve: dict) -> None:

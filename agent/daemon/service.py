@@ -8,6 +8,12 @@ interval and phase events over ZeroMQ.  Each source runs on the live loop of
 ``phasewatch run`` (:class:`~phasewatch.live.loop.LiveRun`) in a worker thread;
 the main thread handles signals, the watchdog and once-a-second upkeep.
 
+No target's behaviour ends it: an error met while looking for a process
+target, opening its source or watching it is logged once, counted in
+``phasewatch_target_errors_total`` (:mod:`.target_errors`), and the daemon
+goes on with its other targets.  Only its own sources failing (system-wide,
+or a replay) end it.
+
 SIGTERM (or SIGINT) stops it within two seconds: sampling ends, the trace is
 flushed and closed, the sockets are closed.  SIGHUP reloads the config file:
 a config with a mistake is refused and the old one kept.
@@ -30,6 +36,7 @@ from . import config as daemon_config
 from .metrics import DaemonCounts, PhasewatchCollector, registry_for, serve
 from .publish import Publisher, is_loopback_endpoint
 from .sdnotify import Notifier
+from .target_errors import TargetErrors
 from .worker import Worker, fitted_settings
 
 DEFAULT_CONFIG = "/etc/phasewatch/phasewatch.toml"
@@ -89,6 +96,8 @@ class Daemon:
         self.server = None
         self.workers: list[Worker] = []
         self.lost_recordings: list[str] = []
+        self.target_errors = TargetErrors(log)
+        self._refused: set[int] = set()     # processes that could not be opened or watched
         self._stop = threading.Event()
         self._reload = reload or threading.Event()     # set by SIGHUP
         self._last_tick = 0.0
@@ -136,6 +145,7 @@ class Daemon:
         self.counts.lag_s = lambda: max((w.lag_s for w in self.workers), default=0.0)
         self.counts.register_rates = lambda: [r for r in (register_rate_of(w.source)
                                                           for w in self.workers) if r]
+        self.counts.target_errors = self.target_errors.counts
         collector = PhasewatchCollector(
             targets=lambda: [w.targets for w in self.workers],
             host=lambda: [w.host for w in self.workers if w.host is not None],
@@ -169,7 +179,7 @@ class Daemon:
         finally:
             self.notifier.stopping()
             self.close()
-        failed = [w for w in self.workers if w.error is not None]
+        failed = [w for w in self.workers if w.error is not None and w.pid is None]
         if failed:
             raise failed[0].error
         return 2 if self.lost_recordings else 0
@@ -182,7 +192,7 @@ class Daemon:
                 w.tick()
             if self.energy is not None:     # windows that no interval will close
                 self.energy.settle()
-            self._drop_finished()
+            self._drop_finished(reported_end)
         if now - self._last_scan >= self.config.rescan_seconds:
             self._last_scan = now
             self._rescan()
@@ -192,8 +202,11 @@ class Daemon:
             self._check_recording(w)
             if w.ended.is_set() and w.name not in reported_end:
                 reported_end.add(w.name)
-                if w.error is not None:
-                    self._stop.set()        # run() raises it
+                if w.error is not None and w.pid is not None:
+                    self._refused.add(w.pid)        # not watched again while it lives
+                    self.target_errors.caught(w.name, "watch", w.error)
+                elif w.error is not None:
+                    self._stop.set()        # the daemon's own source: run() raises it
                 else:
                     log(f"{w.name}: the source ended after {w.samples:,} samples; "
                         f"still serving the last state")
@@ -211,29 +224,52 @@ class Daemon:
         c = self.config
         if c.source == "replay" or not (c.commands or c.cgroups):
             return
-        from ..live.sources import open_process, process_targets
         watched = {w.pid for w in self.workers if w.pid is not None and not w.ended.is_set()}
-        try:
-            found = [(t, pid) for t, pid in process_targets(replace(c, pids=()))
-                     if pid not in watched]
-        except UserError as exc:
-            log(f"looking for targets: {exc}")
-            return
+        found = self._find_processes()
+        self._refused &= {pid for _, pid in found}      # numbers that ended may come again
         for target, pid in found:
-            try:
-                name, source, meta, signals, target, pid = open_process(c, target, pid)
-            except UserError as exc:
-                log(f"{target}: {exc}")
+            if pid in watched or pid in self._refused:
                 continue
-            worker = Worker(name, source, meta, signals, c, log, target=target, host_signals=False,
-                            publisher=self.publisher, pid=pid, energy=self.energy)
-            self.workers.append(worker.start())
+            try:
+                self.workers.append(self._process_worker(target, pid).start())
+            except Exception as exc:        # the target's doing, or gone meanwhile
+                self._refused.add(pid)
+                self.target_errors.caught(target, "open", exc)
+                continue
             log(f"watching {target}")
 
-    def _drop_finished(self) -> None:
-        """Workers of processes that ended, once their targets have left the metrics."""
+    def _find_processes(self) -> list[tuple[str, int]]:
+        """(target, pid) of the configured commands and cgroups, each looked
+        for on its own, so that one that cannot be looked for leaves the rest."""
+        from ..live.sources import process_targets
+        c, found = self.config, []
+        specs = ([(f"comm:{name}", replace(c, pids=(), commands=(name,), cgroups=()))
+                  for name in c.commands] +
+                 [(f"cgroup:{path}", replace(c, pids=(), commands=(), cgroups=(path,)))
+                  for path in c.cgroups])
+        for target, spec in specs:
+            try:
+                found += process_targets(spec)
+            except Exception as exc:
+                self.target_errors.caught(target, "find", exc)
+        return found
+
+    def _process_worker(self, target: str, pid: int) -> Worker:
+        from ..live.sources import open_process
+        c = self.config
+        name, source, meta, signals, target, pid = open_process(c, target, pid)
+        try:
+            return Worker(name, source, meta, signals, c, log, target=target, host_signals=False,
+                          publisher=self.publisher, pid=pid, energy=self.energy)
+        except BaseException:
+            source.close()
+            raise
+
+    def _drop_finished(self, reported_end: set) -> None:
+        """Workers of processes that ended (and were said to), once their targets have
+        left the metrics."""
         done = [w for w in self.workers if w.ended.is_set() and w.pid is not None
-                and w.error is None and not w.targets.by_name]
+                and w.name in reported_end and not w.targets.by_name]
         for w in done:
             self._stop_worker(w, timeout=0.1)
             self.workers.remove(w)

@@ -103,6 +103,10 @@ class Targets(Streams, Sink):
         self.by_name: dict[str, TargetState] = {}
         self.samples = 0
         self.forgotten = 0
+        # Held while a batch is fed (the first loads the kernels, which may take
+        # longer than the grace period): no target is forgotten under its feed.
+        self._feeding = threading.Lock()
+        self._fed: set[str] = set()
 
     def _new_target(self, name: str) -> Pipeline:
         pipeline = Pipeline.for_trace(self.meta, self.params)
@@ -115,6 +119,18 @@ class Targets(Streams, Sink):
         state.samples += rows
         state.last_seen = time.monotonic()
         self.samples += rows
+        self._fed.add(name)
+
+    def feed(self, batch) -> list[Classified]:
+        """The batch's intervals; each target in it counts as seen when its
+        rows have gone through its pipeline too."""
+        with self._feeding:
+            out = super().feed(batch)
+            now = time.monotonic()
+            for name in self._fed:
+                self.by_name[name].last_seen = now
+            self._fed.clear()
+        return out
 
     def ids(self, pipeline: Pipeline, intervals: Intervals) -> np.ndarray:
         return slots_of(pipeline.classifier, intervals.phase)
@@ -125,7 +141,9 @@ class Targets(Streams, Sink):
         iv = c.intervals
         if iv.partial:
             return
-        state = self.by_name[c.stream]
+        state = self.by_name.get(c.stream)
+        if state is None:       # forgotten since (after the grace period)
+            return
         with self.lock:
             state.intervals += len(iv)
             state.phase_changes += int(((iv.phase != c.previous) & (c.previous >= 0)).sum())
@@ -160,12 +178,17 @@ class Targets(Streams, Sink):
 
     def forget_ended(self, now: float | None = None) -> list[str]:
         """Drop targets that sent nothing for ``grace_s`` seconds; their names."""
-        now = time.monotonic() if now is None else now
-        gone = [n for n, t in self.by_name.items() if now - t.last_seen > self.grace_s]
-        with self.lock:
-            for name in gone:
-                del self.by_name[name]
-        self.forget(gone)
+        if not self._feeding.acquire(blocking=False):
+            return []           # a batch is being fed: at the next look
+        try:
+            now = time.monotonic() if now is None else now
+            gone = [n for n, t in self.by_name.items() if now - t.last_seen > self.grace_s]
+            with self.lock:
+                for name in gone:
+                    del self.by_name[name]
+            self.forget(gone)
+        finally:
+            self._feeding.release()
         self.forgotten += len(gone)
         return gone
 

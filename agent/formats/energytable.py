@@ -10,9 +10,7 @@ import json
 import os
 from typing import Iterable
 
-from .outputs import open_output
-
-ENERGY_SUFFIX = ".energy.jsonl"
+from .outputs import ENERGY_SUFFIX, open_output
 
 
 def energy_table_path(trace_path: str) -> str:

@@ -32,21 +32,85 @@ FIFO_TIMEOUT_S = 10.0
 BUFFER_BYTES = 1 << 20
 
 
+#: The tables a recording keeps beside it, named TRACE + suffix (the
+#: mappings :mod:`.sidetable` holds, the energy :mod:`.energytable` holds):
+#: read with the recording and written with it, so on the list of its files.
+MAPPINGS_SUFFIX = ".mappings.jsonl"
+ENERGY_SUFFIX = ".energy.jsonl"
+RECORDING_SUFFIXES = (MAPPINGS_SUFFIX, ENERGY_SUFFIX)
+
+
+class Recording(str):
+    """A path that names a recording (a trace): as an input or an output of
+    :func:`check_outputs` it stands for the trace and its side tables."""
+
+
+def files_of(path: str) -> list[tuple[str, str | None]]:
+    """The files ``path`` stands for, each with the recording it is a side
+    table of (None for ``path`` itself).  A side table is looked for beside
+    the name given and beside the file a link names, so both are listed."""
+    files = [(str(path), None)]
+    if isinstance(path, Recording):
+        tables = {os.path.realpath(trace + suffix): trace + suffix
+                  for trace in (str(path), os.path.realpath(path)) for suffix in RECORDING_SUFFIXES}
+        files += [(table, str(path)) for table in tables.values()]
+    return files
+
+
 def check_outputs(outputs: Iterable[str | None], inputs: Iterable[str | None] = ()) -> None:
     """Refuse outputs that would overwrite an input or each other, or that
-    cannot be files.  Opens nothing for writing."""
-    inputs = [p for p in inputs if p]
-    seen: list[str] = []
+    cannot be files.  Every file the command reads or writes is on the one
+    list, a recording's side tables among them (:class:`Recording`).  Opens
+    nothing for writing."""
+    read = [f for p in inputs if p for f in files_of(p)]
+    written: list[tuple[str, str | None]] = []
     for path in (p for p in outputs if p):
-        for other in inputs:
-            if _same_file(path, other):
-                raise UserError(f"{path}: is the input {other}; writing it would destroy it: "
-                                f"give another output name")
-        for other in seen:
-            if _same_file(path, other):
-                raise UserError(f"{path}: named as two outputs ({other}); give each its own file")
-        _check_kind(path)
-        seen.append(path)
+        for file, table_of in files_of(path):
+            for other, other_table_of in read:
+                if _same_file(file, other):
+                    raise UserError(_is_input(file, other, table_of, other_table_of))
+            for other, other_table_of in written:
+                if _same_file(file, other):
+                    raise UserError(_is_output(file, other, table_of, other_table_of))
+            if table_of is None:
+                _check_kind(file)
+            written.append((file, table_of))
+
+
+def _is_input(file: str, other: str, table_of: str | None, other_table_of: str | None) -> str:
+    if other_table_of is not None:
+        return (f"{file}: is the side table of the input {other_table_of}; writing it would "
+                f"break that recording: give another output name")
+    if table_of is not None:
+        return (f"{table_of}: its side table {file} would overwrite the input {other}: "
+                f"give the recording another name")
+    return f"{file}: is the input {other}; writing it would destroy it: give another output name"
+
+
+def _is_output(file: str, other: str, table_of: str | None, other_table_of: str | None) -> str:
+    if table_of is None and other_table_of is None:
+        return f"{file}: named as two outputs ({other}); give each its own file"
+    trace = other_table_of or table_of
+    return (f"{file}: is where the side table of {trace} goes, which this command writes "
+            f"too: give each output its own name")
+
+
+def check_ipc_endpoint(endpoint: str, option: str) -> None:
+    """Refuse a ZeroMQ ``ipc://PATH`` to bind where PATH exists and is not a
+    socket: libzmq unlinks whatever is at PATH before it binds.  Other
+    endpoints (tcp, an abstract ``ipc://@NAME``) name no file."""
+    scheme, _, path = endpoint.partition("://")
+    if scheme != "ipc" or not path or path.startswith("@"):
+        return
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UserError(f"{option} {endpoint}: cannot use {path}: {exc.strerror}") from None
+    if not stat.S_ISSOCK(st.st_mode):
+        raise UserError(f"{option} {endpoint}: {path} exists and is not a socket, and binding "
+                        f"would delete it: give another path")
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -72,6 +136,10 @@ def _check_kind(path: str) -> None:
         raise UserError(f"cannot write {path}: is a directory; give a file name")
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode)):
         raise UserError(f"cannot write {path}: not a regular file, FIFO or character device")
+    if stat.S_ISREG(st.st_mode):    # written beside it and renamed over it: its folder must let us
+        parent = os.path.dirname(os.path.realpath(path)) or "."
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise UserError(f"cannot write {path}: permission denied in {parent}")
 
 
 class Output:
@@ -111,6 +179,8 @@ class Output:
         except OSError as exc:
             raise UserError(f"cannot write {path}: {exc.strerror}") from None
         mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
+        if st is not None:
+            _keep_owner(fd, st)
         os.fchmod(fd, mode)
         return fd
 
@@ -313,6 +383,17 @@ def _open_fifo(path: str, timeout: float) -> int:
             continue
         os.set_blocking(fd, True)
         return fd
+
+
+def _keep_owner(fd: int, old: os.stat_result) -> None:
+    """The new file takes the owner of the one it replaces where we may give
+    it (root may: a user's file rewritten by root stays the user's)."""
+    if (old.st_uid, old.st_gid) == (os.geteuid(), os.getegid()):
+        return
+    try:
+        os.fchown(fd, old.st_uid, old.st_gid)
+    except PermissionError:
+        pass        # a user replacing what the folder lets them replace: theirs now, as with mv
 
 
 def _umask() -> int:

@@ -17,9 +17,8 @@ import stat
 from ..errors import UserError
 from .inputs import open_regular
 from .metadata import check_mapping
-from .outputs import Output, check_outputs
+from .outputs import MAPPINGS_SUFFIX as SIDE_TABLE_SUFFIX, Output, check_outputs
 
-SIDE_TABLE_SUFFIX = ".mappings.jsonl"
 #: The largest side table read: about 400,000 mappings.
 MAX_SIDE_TABLE_BYTES = 64 << 20
 

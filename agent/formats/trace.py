@@ -23,7 +23,7 @@ from ..core.batch import RAW_DTYPES, SampleBatch, first_bad_id, id_problem
 from ..core.source import Sink
 from ..errors import UserError
 from . import metadata as md
-from .outputs import open_output
+from .outputs import Recording, open_output
 from .sidetable import open_side_table
 
 ARROW_MAGIC = b"ARROW1"
@@ -67,7 +67,7 @@ class TraceWriter(Sink):
         self._last_write = time.monotonic()
         self.rows_written = 0
         self._batches_written = 0
-        self._out = open_output(path, inputs, binary=True)
+        self._out = open_output(Recording(path), inputs, binary=True)
         self._writer = pa.ipc.new_file(self._out.stream, self.schema)
         # The schema on disk at once: a recording killed before its first
         # samples is still a trace (of none).

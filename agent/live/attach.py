@@ -5,11 +5,16 @@ SIGTERM, and never signalled, since it is not the agent's.
 :class:`Attached` answers what ``run`` asks of a :class:`~.child.Child`
 (``pid``, ``argv``, ``cpu``, ``release``, ``wait``, ``stop``,
 ``forward_signals``, the start and end times), so that a run watches either
-the same way."""
+the same way.
+
+The process is followed by a pidfd where the kernel has one (Linux 5.3), so
+that the watch ends when it ends even if another process takes its number
+at once; elsewhere by its number in /proc."""
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import threading
 import time
@@ -32,8 +37,11 @@ class Attached:
 
     def __init__(self, pid: int):
         self.pid = pid
+        self._pidfd = pidfd_of(pid)     # first: what is read next is this process's
         self.argv = command_line(pid)
         self.path = executable(pid)
+        if self._ended():
+            raise UserError(f"--pid {pid}: the process ended as it was attached to")
         self.started_ns = time.monotonic_ns()
         self.ended_ns: int | None = None
         self.returncode: int | None = None
@@ -48,7 +56,7 @@ class Attached:
         if neither happened within ``timeout``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.returncode is None:
-            if self._interrupted.is_set() or not alive(self.pid):
+            if self._interrupted.is_set() or self._ended():
                 self.returncode = 0
                 self.ended_ns = time.monotonic_ns()
                 break
@@ -71,11 +79,21 @@ class Attached:
         for callback in self.on_interrupt:
             callback()
 
+    def _ended(self) -> bool:
+        if self._pidfd is None:
+            return not alive(self.pid)
+        return bool(select.select([self._pidfd], [], [], 0)[0])
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
     def __enter__(self) -> "Attached":
         return self
 
     def __exit__(self, *exc) -> None:
-        pass
+        self.close()
 
 
 class InterruptWatch(SignalCatcher):
@@ -90,6 +108,16 @@ class InterruptWatch(SignalCatcher):
         if count > 1:
             raise KeyboardInterrupt
         self.attached.interrupt()
+
+
+def pidfd_of(pid: int) -> int | None:
+    """A pidfd of ``pid`` (readable once it ends); None where the kernel has none."""
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        raise UserError(f"--pid {pid}: no such process (check it with ps -p {pid})") from None
+    except (AttributeError, OSError):
+        return None
 
 
 # Ours: psutil's cmdline() keeps empty arguments and splits a title without NULs at spaces.

@@ -14,6 +14,14 @@ failed): a close-on-exec error pipe reports either EOF (exec succeeded) or the
 agent dies before releasing, the gate reads EOF and the process exits without
 running the command.
 
+A command may start processes that outlive it (a daemon: ``setsid CMD &``);
+they inherit its perf events, but the watch ends with the command itself.
+With ``adopt_orphans`` the agent is their *subreaper*
+(``PR_SET_CHILD_SUBREAPER``): orphaned there, they become its children, so
+that :meth:`Child.left_running` can name them.  The command is followed by a
+pidfd where the kernel has one, so that its end is seen at once and never
+confused with a later process that takes its number.
+
 The command never outlives the agent: before exec it asks the kernel
 (``prctl(PR_SET_PDEATHSIG, SIGKILL)``) to kill it when the agent's thread that
 started it ends, so an agent killed by any signal, SIGKILL included, takes
@@ -44,7 +52,7 @@ from typing import Mapping, Sequence
 
 from .command import exec_error, exit_status, resolve_command
 from .cpu_choice import choose_cpu
-from .process_tree import thread_ids
+from .process_tree import descendants, ended, thread_ids
 from .signal_catcher import SignalForwarder
 
 #: Python ignores these at start-up, and an ignored signal stays ignored across
@@ -53,8 +61,10 @@ _RESET_TO_DEFAULT = (signal.SIGPIPE, signal.SIGXFSZ)
 
 _GATE_OPEN = b"x"
 
-#: prctl(2) option: the signal a process gets when its parent thread ends.
+#: prctl(2) options: the signal a process gets when its parent thread ends;
+#: orphaned descendants reparented to this process rather than to init.
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 _LIBC = ctypes.CDLL(None, use_errno=True)   # loaded before any fork
 
 
@@ -76,16 +86,19 @@ class Child:
         # thread while that thread is inside _reap.
         self._reap_lock = threading.RLock()
         self._pidfd = _pidfd_open(pid)
+        self._not_its: set[int] = set()     # processes of this one's own, not the command's
 
     # -- starting ------------------------------------------------------------
 
     @classmethod
     def start(cls, argv: Sequence[str], *, cpu: int | None = None, pin: bool = True,
               env: Mapping[str, str] | None = None, cwd: str | None = None,
-              stdio: Mapping[int, int] | None = None) -> "Child":
+              stdio: Mapping[int, int] | None = None, adopt_orphans: bool = False) -> "Child":
         """Fork a process for ``argv``, pinned to ``cpu`` (or the least loaded
         allowed CPU) unless ``pin`` is false, and stop it just before exec.
         ``stdio`` gives descriptors to put in place of some of its 0, 1, 2.
+        ``adopt_orphans`` makes this process the subreaper of the command's
+        processes (see :meth:`left_running`); it stays so.
 
         The returned child's ``pid`` is valid now; call ``release()`` to run it.
         Raises ``CommandNotFound`` / ``CommandNotExecutable`` before forking
@@ -94,6 +107,9 @@ class Child:
         env = dict(os.environ if env is None else env)
         path = resolve_command(argv[0] if argv else "", env)
         cpu = choose_cpu(cpu) if pin else None
+        if adopt_orphans:
+            _LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        not_its = set(descendants(os.getpid()))
         gate_r, gate_w = os.pipe()
         err_r, err_w = os.pipe()
         parent = os.getpid()
@@ -105,7 +121,9 @@ class Child:
         os.close(err_w)
         if cpu is not None:  # set from here, so it is in force when start() returns
             os.sched_setaffinity(pid, {cpu})
-        return cls(pid, argv, path, cpu, gate_w, err_r)
+        child = cls(pid, argv, path, cpu, gate_w, err_r)
+        child._not_its = not_its
+        return child
 
     @classmethod
     def run(cls, argv: Sequence[str], **kwargs) -> "Child":
@@ -167,6 +185,14 @@ class Child:
     @property
     def running(self) -> bool:
         return self.poll() is None
+
+    def left_running(self) -> list[int]:
+        """The processes the ended command left running (a daemon it
+        started), where it was started with ``adopt_orphans``: orphaned,
+        they are this process's children now, and their own descendants."""
+        agent = os.getpid()
+        return [pid for pid in descendants(agent)
+                if pid not in self._not_its and pid not in (agent, self.pid) and not ended(pid)]
 
     # -- stopping ------------------------------------------------------------
 

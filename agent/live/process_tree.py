@@ -42,6 +42,14 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def ended(pid: int) -> bool:
+    """Whether ``pid`` has ended: gone, or a zombie its parent has not reaped yet."""
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.Error:
+        return True
+
+
 def thread_ids(pid: int) -> list[int]:
     """The thread ids of process ``pid``, ascending; empty once it has gone."""
     try:

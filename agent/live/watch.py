@@ -9,6 +9,10 @@ options (results, pprof, the report's figure).  The outputs are put in place
 only if the watch ends well.  What it found comes back as a
 :class:`WatchResult`, for the command to print.
 
+The watch ends when the command (or attached process) ends, even where
+processes it started live on and hold its inherited perf events (a daemon):
+those are named, and left running.
+
 With a process target the instruction and cycle counts in the samples are
 per thread, so the trace says ``counter_scope: thread`` and the decoder takes
 their deltas per thread.
@@ -29,6 +33,7 @@ from ..collectors.registry import register_rate_of
 from ..core.batch import RAW_DTYPES, SampleBatch
 from ..core.params import HistogramParams
 from ..core.settings import DetectionSettings
+from ..errors import UserError
 from ..formats import metadata as md
 from .cpu_choice import allowed_cpus
 from .loop import SourceThread
@@ -100,6 +105,9 @@ class Watch:
         self.trace = None
         self.exit_status: int | None = None
         self.catalog = None
+        self.left_running: list[dict] = []
+        self._source_open = True
+        self._source_lock = threading.Lock()     # no stop() of a closed source
 
     def run(self) -> WatchResult:
         """Release the command, watch it to its end, close every output."""
@@ -123,7 +131,9 @@ class Watch:
             if self.relay:
                 self.relay.stop(timeout=0)
             if feed is None or feed.join(timeout=5.0):
-                self.source.close()  # never under a reader still inside it
+                with self._source_lock:
+                    self._source_open = False
+                    self.source.close()  # never under a reader still inside it
             failures = self._close(driver, complete)
         return self._result(driver, forwarder, feed, failures)
 
@@ -164,7 +174,19 @@ class Watch:
                        lost_samples=lambda: self.source.stats()["lost_samples"])
         if hasattr(child, "on_interrupt"):      # an attached process: Ctrl-C ends the watch
             child.on_interrupt += [live.stop, getattr(self.source, "stop", lambda: None)]
+        threading.Thread(target=self._end_with_command, name="phasewatch-end",
+                         daemon=True).start()
         return driver, live, tree_watch
+
+    def _end_with_command(self) -> None:
+        """End the source when the command ends: processes it left (a daemon)
+        hold its inherited events, which would keep the source open.  The
+        samples taken until then are all in the rings, and are still read."""
+        self.child.wait()
+        stop = getattr(self.source, "stop", None)
+        with self._source_lock:
+            if stop is not None and self._source_open:
+                stop()
 
     def _run(self, live) -> None:
         with live.status as status:
@@ -172,8 +194,25 @@ class Watch:
                 self.relay.write = status.write_above
             live.run()
             self.exit_status = self.child.wait()
+            self._tell_left_running()
             if self.relay:
                 self.relay.stop()
+
+    def _tell_left_running(self) -> None:
+        """Name the processes the command left running, which are not watched on."""
+        from .attach import command_line
+        pids = self.child.left_running() if hasattr(self.child, "left_running") else []
+        for pid in pids:
+            try:
+                command = command_line(pid)
+            except UserError:       # it ended meanwhile
+                continue
+            self.left_running.append({"pid": pid, "command": command})
+        if self.left_running:
+            named = ", ".join(f"{p['pid']} ({' '.join(p['command'])})" for p in self.left_running)
+            self.options.say(f"{os.path.basename(self.child.argv[0])} ended and left "
+                             f"{len(self.left_running)} process(es) running, no longer "
+                             f"watched: {named}")
 
     def _close(self, driver, complete: bool) -> list[str]:
         """Close the sinks (every output put in place, or none after an error)."""
@@ -200,6 +239,7 @@ class Watch:
             "missing_signals": missing_signals(self.signals),
             "samples_lost": {"ring": source.stats()["lost_samples"], "queue": feed.dropped_samples},
             "trace": self.options.record if trace and not trace.failure else None,
+            "left_running": self.left_running,
             # CLOCK_REALTIME minus the samples' CLOCK_MONOTONIC: t_ns + this is wall clock
             "realtime_offset_ns": self.meta["sampling"]["realtime_offset_ns"],
         }

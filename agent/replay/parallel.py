@@ -16,6 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
 from ..errors import UserError
+from ..formats.outputs import Recording, check_outputs
 from .trace import ReplayOptions, Replayed, replay
 
 
@@ -33,6 +34,7 @@ def replay_many(traces: list[str], options: ReplayOptions, warn, *, per_cpu: boo
     names = [(name_of(trace) if cpu is None else f"{name_of(trace)}.cpu{cpu}")
              for trace, cpu in streams]
     outputs = output_paths(options.output, names)
+    check_outputs(outputs, [Recording(trace) for trace in traces] + [options.labels])
     work = [(trace, replace(options, output=out), warn, cpu)
             for (trace, cpu), out in zip(streams, outputs)]
     with ProcessPoolExecutor(max_workers=min(jobs, len(work)),
@@ -65,7 +67,7 @@ def output_paths(folder: str | None, names: list[str]) -> list[str | None]:
     if not folder:
         return [None] * len(names)
     if os.path.exists(folder) and not os.path.isdir(folder):
-        raise UserError(f"--output {folder}: with several traces or --per-cpu, "
+        raise UserError(f"--output {folder}: with several traces, a folder of them or --per-cpu, "
                         f"give a folder for their results")
     os.makedirs(folder, exist_ok=True)
     if len(set(names)) < len(names):

@@ -13,7 +13,7 @@ from ..core.settings import DetectionSettings, pipeline_for
 from ..errors import UserError
 from ..formats import bbvfile
 from ..formats.labellings import read_labels
-from ..formats.outputs import check_outputs
+from ..formats.outputs import Recording, check_outputs
 from ..formats.results import PhaseSummary, ResultsSink, adjusted_rand_index
 
 
@@ -46,19 +46,21 @@ def replay(path: str, options: ReplayOptions, warn: Callable[[str], None],
            cpu: int | None = None) -> Replayed:
     """Replay the recording at ``path`` (its samples of ``cpu`` only, if
     given) into its results file and summary."""
-    check_outputs([options.output, options.pprof], inputs=[path, options.labels])
+    inputs = [Recording(path), options.labels]
+    check_outputs([options.output, options.pprof], inputs)
     labels = read_labels(options.labels) if options.labels else None
     if bbvfile.looks_like_bb(path):
-        replayed = replay_bb(path, options)
+        replayed = replay_bb(path, options, inputs)
     else:
-        replayed = replay_samples(path, options, warn, cpu)
+        replayed = replay_samples(path, options, warn, cpu, inputs)
     if labels is not None:
         replayed.ari = score(replayed.summary, labels, options.labels)
         replayed.labels = options.labels
     return replayed
 
 
-def replay_samples(path: str, options: ReplayOptions, warn, cpu: int | None) -> Replayed:
+def replay_samples(path: str, options: ReplayOptions, warn, cpu: int | None,
+                   inputs: list) -> Replayed:
     from ..formats.tracefiles import open_trace
     source = open_trace(path, base_mhz=options.base_mhz, warn=warn)
     try:
@@ -66,9 +68,9 @@ def replay_samples(path: str, options: ReplayOptions, warn, cpu: int | None) -> 
         settings = DetectionSettings.given(options.given, meta.get("detection"))
         pipeline = pipeline_for(meta, settings, tuple(meta.get("signals") or source.signals), warn)
         summary = PhaseSummary(keep_phases=options.labels is not None)
-        sinks = [summary, *result_sinks(options.output, [path, options.labels])]
+        sinks = [summary, *result_sinks(options.output, inputs)]
         if options.pprof and cpu is None:
-            sinks.append(profile_sink(options.pprof, source, path, [path, options.labels]))
+            sinks.append(profile_sink(options.pprof, source, path, inputs))
         if hasattr(source, "read_only"):
             source.read_only(pipeline.columns | {n for s in sinks for n in getattr(s, "columns", ())})
         batches = source.batches() if cpu is None else samples_of_cpu(source.batches(), cpu)
@@ -80,14 +82,13 @@ def replay_samples(path: str, options: ReplayOptions, warn, cpu: int | None) -> 
                     failures, chosen=settings.detector)
 
 
-def replay_bb(path: str, options: ReplayOptions) -> Replayed:
+def replay_bb(path: str, options: ReplayOptions, inputs: list) -> Replayed:
     """A SimPoint .bb file, classified by the bbv detector."""
     from ..simpoint import bbvreplay
     settings = DetectionSettings.given(options.given)
     bbvreplay.check_detector(settings.detector)
     summary = PhaseSummary(keep_phases=options.labels is not None)
-    driver = Driver(bbvreplay.NO_SAMPLES, [summary, *result_sinks(options.output,
-                                                                   [path, options.labels])])
+    driver = Driver(bbvreplay.NO_SAMPLES, [summary, *result_sinks(options.output, inputs)])
     classifier = bbvreplay.BbClassifier(replace(settings.detector_params(), detector="bbv"))
     failures = drive(driver, lambda: classifier.run(path, driver))
     return Replayed(path, summary, classifier.stats(), failures)

@@ -31,7 +31,7 @@ def write_report(out_dir: str, figure: PhaseFigure, title: str, notes: list[str]
                  rows: list[dict], inputs=(), sections=()) -> list[str]:
     """Writes index.html (with Plotly's script beside it) and phases.png into
     ``out_dir``, all complete or none at all."""
-    from .page import PLOTLY_FILE, page, plotly_script
+    from .page import page, plotly_script
     from .png import write_png
     check_report_dir(out_dir)
     # A page and a PNG are UTF-8 text to their readers: names' stray bytes shown as \xNN.
@@ -40,17 +40,22 @@ def write_report(out_dir: str, figure: PhaseFigure, title: str, notes: list[str]
         notes = notes + [f"aggregated for drawing: each column is {figure.per_column} "
                          f"consecutive intervals (mean histograms, mean distance and threshold, "
                          f"the phase of most of them); {figure.columns:,} columns in all"]
-    html_path = os.path.join(out_dir, "index.html")
-    png_path = os.path.join(out_dir, "phases.png")
+    html_path, png_path, plotly_path = report_files(out_dir)
     text = page(figure, title, notes, rows, sections)
     # All are checked, written and finished before any is put in place: a
     # report that cannot be whole leaves the old one as it was.
     files = [(html_path, False, lambda f: f.write(text)),
              (png_path, True, lambda f: write_png(figure, title, f)),
-             (os.path.join(out_dir, PLOTLY_FILE), False, lambda f: f.write(plotly_script()))]
+             (plotly_path, False, lambda f: f.write(plotly_script()))]
     check_outputs([path for path, _, _ in files], inputs)
     write_all_or_none(files)
     return [html_path, png_path]
+
+
+def report_files(out_dir: str) -> list[str]:
+    """The files a report writes into ``out_dir``."""
+    from .page import PLOTLY_FILE
+    return [os.path.join(out_dir, name) for name in ("index.html", "phases.png", PLOTLY_FILE)]
 
 
 def check_report_dir(out_dir: str) -> None:

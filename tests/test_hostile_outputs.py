@@ -1,0 +1,215 @@
+"""Every file a command reads or writes is on one list: a recording's side
+tables (``T.mappings.jsonl``, ``T.energy.jsonl``) go with it as an input and
+as an output, so no output of a command may land on one, and none may land
+on another output.  Each case is the real command on real files: refused
+before the command runs, in one line with exit status 2, nothing changed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent / "phasewatch"
+#: A short program that takes CPU time, so that it has samples.
+BUSY = [sys.executable, "-c", "import time\nwhile time.process_time() < 0.3: pass"]
+SIDE_TABLES = (".mappings.jsonl", ".energy.jsonl")
+
+
+def phasewatch(*argv, timeout: float = 120, user: str | None = None,
+               cwd=None) -> subprocess.CompletedProcess:
+    prefix = (["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups"]
+              if user else [])
+    return subprocess.run([*prefix, str(BIN), *map(str, argv)], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+def refused(proc: subprocess.CompletedProcess, match: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert match in proc.stderr, proc.stderr
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory) -> Path:
+    """A real recording with its side table of mappings."""
+    trace = tmp_path_factory.mktemp("recorded") / "t.arrow"
+    done = phasewatch("run", "--no-pin", "-q", "--interval-ms", "50", "--record", trace, "--",
+                      *BUSY)
+    assert done.returncode == 0, done.stderr
+    assert Path(f"{trace}.mappings.jsonl").stat().st_size > 0
+    return trace
+
+
+@pytest.fixture
+def own_recording(tmp_path, recording) -> Path:
+    for path in recording.parent.glob("t.arrow*"):
+        shutil.copy(path, tmp_path / path.name)
+    return tmp_path / "t.arrow"
+
+
+# --- an output on an input's side table ------------------------------------------------
+
+INPUT_SIDE_CASES = {
+    "replay --output": lambda t, out: ("replay", t, "--output", out),
+    "replay --pprof": lambda t, out: ("replay", t, "--pprof", out),
+    "convert": lambda t, out: ("convert", t, out),
+}
+
+
+@pytest.mark.parametrize("suffix", SIDE_TABLES)
+@pytest.mark.parametrize("case", INPUT_SIDE_CASES)
+def test_an_output_on_a_side_table_of_the_input_is_refused(own_recording, case, suffix):
+    before = snapshot(own_recording.parent)
+    proc = phasewatch(*INPUT_SIDE_CASES[case](own_recording, f"{own_recording}{suffix}"))
+    refused(proc, "is the side table of the input")
+    assert snapshot(own_recording.parent) == before
+
+
+def test_the_recording_replays_as_before_after_the_refusals(own_recording):
+    first = phasewatch("replay", own_recording, "--json")
+    for suffix in SIDE_TABLES:
+        phasewatch("replay", own_recording, "--output", f"{own_recording}{suffix}")
+        phasewatch("convert", own_recording, f"{own_recording}{suffix}")
+    again = phasewatch("replay", own_recording, "--json")
+    assert first.returncode == again.returncode == 0, again.stderr
+    assert first.stdout == again.stdout
+
+
+def test_an_output_on_the_side_table_of_a_linked_input_is_refused(own_recording, tmp_path):
+    link = tmp_path / "link.arrow"
+    link.symlink_to(own_recording)
+    before = snapshot(tmp_path)
+    # replay reads the table beside the file the link names
+    refused(phasewatch("replay", link, "--output", f"{own_recording}.mappings.jsonl"),
+            "is the side table of the input")
+    assert snapshot(tmp_path) == before
+
+
+def test_replaying_many_traces_onto_a_side_table_of_one_of_them_is_refused(own_recording):
+    # t.arrow.energy.arrow's results go to t.arrow.energy.jsonl: t.arrow's energy table.
+    folder = own_recording.parent
+    shutil.copy(own_recording, folder / "t.arrow.energy.arrow")
+    before = snapshot(folder)
+    refused(phasewatch("replay", own_recording, folder / "t.arrow.energy.arrow",
+                       "--output", folder), "is the side table of the input")
+    assert snapshot(folder) == before
+
+
+# --- an output on the side table of the recording the same command writes ---------
+
+RUN_OUTPUTS = ("--pprof", "--json", "--output")
+
+
+@pytest.mark.parametrize("suffix", SIDE_TABLES)
+@pytest.mark.parametrize("option", RUN_OUTPUTS)
+def test_run_refuses_an_output_on_its_own_recordings_side_table(tmp_path, option, suffix):
+    trace = tmp_path / "r.arrow"
+    marker = tmp_path / "ran"
+    proc = phasewatch("run", "--no-pin", "--record", trace, option, f"{trace}{suffix}", "--",
+                      "touch", marker)
+    refused(proc, "is where the side table of")
+    assert not marker.exists(), "the command ran"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_order_of_the_options_does_not_matter(tmp_path):
+    trace = tmp_path / "r.arrow"
+    proc = phasewatch("run", "--no-pin", "--pprof", f"{trace}.mappings.jsonl", "--record", trace,
+                      "--", "true")
+    refused(proc, "is where the side table of")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- where an output cannot go, said before the command runs ---------------------------
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                                reason="needs root and setpriv to become another user")
+
+
+@pytest.fixture
+def shared():
+    """A folder ``nobody`` can reach and write (pytest's own are root's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="phasewatch-shared-"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@needs_root
+@pytest.mark.parametrize("option", ["--pprof", "--output", "--json"])
+def test_run_refuses_an_existing_output_in_an_unwritable_folder_before_it_runs(shared, option):
+    locked = shared / "locked"
+    locked.mkdir()
+    target = locked / "out"
+    target.write_text("theirs\n")
+    target.chmod(0o666)           # the file may be written, the folder may not
+    locked.chmod(0o755)
+    marker = shared / "ran"
+    proc = phasewatch("run", "--no-pin", "--no-catalog", option, target, "--", "touch", marker,
+                      user="nobody")
+    refused(proc, "permission denied")
+    assert not marker.exists(), "the command ran before the output was refused"
+    assert target.read_text() == "theirs\n"
+
+
+@needs_root
+def test_a_users_file_rewritten_by_root_stays_the_users(tmp_path):
+    profile = tmp_path / "p.pb.gz"
+    profile.write_bytes(b"old")
+    os.chown(profile, 65534, 65534)
+    done = phasewatch("run", "--no-pin", "-q", "--pprof", profile, "--", *BUSY)
+    assert done.returncode == 0, done.stderr
+    st = profile.stat()
+    assert (st.st_uid, st.st_gid) == (65534, 65534)
+    assert profile.read_bytes() != b"old"
+
+
+# --- a folder of traces ------------------------------------------------------------------
+
+@needs_root
+def test_replay_of_a_folder_with_an_unreadable_trace_names_it(shared, own_recording):
+    folder = shared / "traces"
+    folder.mkdir()
+    for name in ("a.arrow", "b.arrow"):
+        shutil.copy(own_recording, folder / name)
+    folder.chmod(0o755)
+    (folder / "b.arrow").chmod(0o600)     # root's: nobody may not read it
+    proc = phasewatch("replay", folder, "--detector", "vpf-ip", user="nobody", cwd=shared)
+    refused(proc, f"{folder}/b.arrow: permission denied")
+
+
+def test_replay_of_a_folder_of_one_trace_writes_its_results_into_a_folder(own_recording,
+                                                                          tmp_path):
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    shutil.copy(own_recording, folder / "a.arrow")
+    shutil.copy(f"{own_recording}.mappings.jsonl", folder / "a.arrow.mappings.jsonl")
+    alone = tmp_path / "alone.jsonl"
+    assert phasewatch("replay", folder / "a.arrow", "--output", alone).returncode == 0
+    out = tmp_path / "results"
+    done = phasewatch("replay", folder, "--output", out)
+    assert done.returncode == 0, done.stderr
+    assert out.is_dir()
+    assert [p.name for p in out.iterdir()] == ["a.jsonl"]
+    assert (out / "a.jsonl").read_bytes() == alone.read_bytes()
+
+
+def test_run_refuses_a_recording_where_its_report_goes(tmp_path):
+    folder = tmp_path / "report"
+    marker = tmp_path / "ran"
+    proc = phasewatch("run", "--no-pin", "--record", folder / "index.html", "--report", folder,
+                      "--", "touch", marker)
+    refused(proc, "named as two outputs")
+    assert not marker.exists(), "the command ran"
+    assert list(folder.iterdir()) == []
