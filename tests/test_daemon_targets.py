@@ -144,3 +144,24 @@ def test_a_day_of_samples_keeps_the_resident_set_flat():
     print(f"resident set over a day of samples: {settled[0] >> 20} MiB after a tenth, "
           f"{max(settled) >> 20} MiB at most, {rss[-1] >> 20} MiB at the end")
     assert max(settled) - settled[0] < 8 << 20, [r >> 20 for r in rss]
+
+
+def test_a_restarted_target_exports_only_the_live_process_state():
+    """A comm: target whose process ended and started again: the ended
+    process's worker still holds its state, but a scrape has one series per
+    target, the live one's (before, both were exported and Prometheus kept
+    the ended one's)."""
+    from prometheus_client import generate_latest
+    from phasewatch.daemon.targets import TargetState
+    meta = synthetic.metadata(INTERVAL)
+    p = params(meta)
+    ended, live = Targets(meta, p), Targets(meta, p)
+    for router, intervals, seen in ((ended, 500, 10.0), (live, 3, 20.0)):
+        router.by_name["comm:app"] = TargetState("comm:app", Pipeline.for_trace(meta, p),
+                                                 intervals=intervals, last_seen=seen)
+    for order in ([ended, live], [live, ended]):
+        collector = PhasewatchCollector(lambda: order, lambda: [], DaemonCounts())
+        text = generate_latest(registry_for(collector)).decode()
+        series = [line for line in text.splitlines()
+                  if line.startswith('phasewatch_intervals_total{target="comm:app"}')]
+        assert series == ['phasewatch_intervals_total{target="comm:app"} 3.0']

@@ -112,16 +112,15 @@ class PhasewatchCollector:
                                         labels=["target", "phase"])
         retired = CounterMetricFamily("phasewatch_phases_retired",
                                       "Phases dropped by the per-target cap", labels=["target"])
-        for router in self.targets():
-            for t in sorted(router.snapshot(), key=lambda t: t.name):
-                if t.phase >= 0:
-                    phase.add_metric([t.name], t.phase)
-                phases.add_metric([t.name], t.phases)
-                changes.add_metric([t.name], t.phase_changes)
-                intervals.add_metric([t.name], t.intervals)
-                retired.add_metric([t.name], t.phases_retired)
-                for p, n in sorted(t.phase_intervals.items()):
-                    per_phase.add_metric([t.name, str(p)], n)
+        for t in live_states(self.targets()):
+            if t.phase >= 0:
+                phase.add_metric([t.name], t.phase)
+            phases.add_metric([t.name], t.phases)
+            changes.add_metric([t.name], t.phase_changes)
+            intervals.add_metric([t.name], t.intervals)
+            retired.add_metric([t.name], t.phases_retired)
+            for p, n in sorted(t.phase_intervals.items()):
+                per_phase.add_metric([t.name, str(p)], n)
         return phase, phases, changes, intervals, per_phase, retired
 
     def _phase_energy(self):
@@ -177,6 +176,19 @@ class PhasewatchCollector:
                                   "Share of a core per watched CPU the MSR sampler takes")
         share.add_metric([], slowest["share_per_cpu"])
         return rate, requested, share
+
+
+def live_states(routers) -> list:
+    """One state per target name, in name order: where a process behind a
+    target ended and another took its place (a restarted ``comm:`` target),
+    the one seen last.  The ended process's state is never exported beside
+    the live one (Prometheus would keep whichever copy came first)."""
+    by_name: dict = {}
+    for router in routers:
+        for t in router.snapshot():
+            if t.name not in by_name or t.last_seen > by_name[t.name].last_seen:
+                by_name[t.name] = t
+    return [by_name[name] for name in sorted(by_name)]
 
 
 def _merge(total, buckets):
