@@ -146,6 +146,7 @@ class PerfSource:
             "sample_event": self.event,
             "sample_rate_hz": rate_hz,
             "sample_period": self._period,
+            "kernel": bool(include_kernel),     # kernel mode sampled too, or user mode only
             "counted": list(self.counted),
             "not_taken": dict(self.not_opened),
             "target": f"pid {pid}" if pid is not None else "cpus " + ",".join(map(str, self.cpus)),

@@ -8,6 +8,7 @@ the IPs in the recorded trace, independently of phasewatch's detector.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -214,3 +215,23 @@ def test_ctrl_c_stops_the_command_prints_the_summary_and_closes_the_trace(abab, 
     reader.close()
     rp = phasewatch("replay", trace, "--detector", "vpf-ip")
     assert rp.returncode == 0, rp.stderr
+
+
+def test_kernel_time_is_sampled_with_kernel_and_said_to_be_left_out_without(tmp_path):
+    """dd from /dev/zero spends most of its time in the kernel (read_zero):
+    perf record, as root, shows it; run shows it with --kernel, and without
+    it says that only user mode was sampled."""
+    if os.geteuid() != 0 and int(Path("/proc/sys/kernel/perf_event_paranoid").read_text()) > 1:
+        pytest.skip("sampling kernel mode needs root or perf_event_paranoid 1 or less")
+    dd = ["--", "dd", "if=/dev/zero", "of=/dev/null", "bs=64k", "count=200000"]
+    proc = phasewatch("run", "--no-catalog", "--kernel", "--json", tmp_path / "k.json", *dd)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "k.json").read_text())
+    assert summary["kernel_sampled"] is True
+    kernel = sum(f["share"] * row["intervals"] for row in summary["phases"]
+                 for f in row["top_functions"] if f["name"] == "[kernel]")
+    assert kernel > 0.5 * sum(row["intervals"] for row in summary["phases"])
+    proc = phasewatch("run", "--no-catalog", *dd)
+    assert proc.returncode == 0, proc.stderr
+    assert "user mode only (--kernel adds the kernel)" in proc.stderr
+    assert "[kernel]" not in proc.stderr

@@ -60,6 +60,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cpu", type=number(int, 0, ID_RANGES["cpu"][1]), metavar="N",
                         help="pin CMD to CPU N (default: the least loaded CPU)")
     parser.add_argument("--no-pin", action="store_true", help="let CMD run on any CPU")
+    parser.add_argument("--kernel", action="store_true",
+                        help="sample the kernel's code run for CMD too, as perf record does for "
+                             "root (needs root, or perf_event_paranoid 1 or less); without it "
+                             "only user mode is sampled, and the table says so")
     parser.add_argument("-p", "--pid", type=number(int, 1, ID_RANGES["tid"][1]), metavar="PID",
                         help="watch the running process PID (and its threads and new children) "
                              "instead of starting CMD, until it ends or Ctrl-C, as perf's -p")
@@ -113,7 +117,7 @@ def run(args) -> int:
         source = open_source(args.source, pid=child.pid,
                              cpus=[child.cpu] if child.cpu is not None else None,
                              msr_path=args.msr_path, rate_hz=args.freq,
-                             enable_on_exec=True)
+                             enable_on_exec=True, include_kernel=args.kernel)
         try:
             return watch(args, settings, child, source, relay)
         finally:
@@ -130,7 +134,7 @@ def attach(args) -> int:
     target = Attached(args.pid)
     settings = check_arguments(args, target.path)
     source = open_source(args.source, pid=target.pid, cpus=None, msr_path=args.msr_path,
-                         rate_hz=args.freq, enable_on_exec=False)
+                         rate_hz=args.freq, enable_on_exec=False, include_kernel=args.kernel)
     return watch(args, settings, target, source)
 
 

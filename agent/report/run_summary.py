@@ -37,7 +37,8 @@ def run_lines(result) -> list:
              f"{stats.interval}, detector "
              f"{detector_label(info['detector'], info.get('detector_chosen'))}, "
              f"threshold {stats.threshold:.3f}",
-             source_line(info["source"], info["not_taken"], info["register_rate"])]
+             source_line(info["source"], info["not_taken"], info["register_rate"],
+                         info.get("kernel_sampled"))]
     if info["missing_signals"]:
         lines.append("missing on this host: " + ", ".join(info["missing_signals"]))
     lines.append(phase_table(summary, extra_columns={
@@ -68,12 +69,17 @@ def energy_cells(summary, energy: dict) -> dict[str, list[str]]:
     return cells
 
 
-def source_line(source: str, not_taken: dict[str, str], register_rate: dict | None) -> str:
-    """``source: msr (registers at 250 Hz ...); not taken: kmod; not counted:
-    cycles`` (the reasons are in --json and in 'phasewatch probe')."""
+def source_line(source: str, not_taken: dict[str, str], register_rate: dict | None,
+                kernel: bool | None = None) -> str:
+    """``source: msr (registers at 250 Hz ...), user mode only; not taken:
+    kmod; not counted: cycles`` (the reasons are in --json and in 'phasewatch
+    probe').  ``kernel``: whether kernel mode was sampled (None: unknown)."""
     sources = [name for name in not_taken if name in CHOICES]
     counters = [name for name in not_taken if name not in CHOICES]
-    parts = [f"source: {source}" + (f" ({register_rate['said']})" if register_rate else "")]
+    mode = {True: ", user and kernel mode", False: ", user mode only (--kernel adds the kernel)",
+            None: ""}[kernel]
+    parts = [f"source: {source}" + (f" ({register_rate['said']})" if register_rate else "")
+             + mode]
     parts += [f"not taken: {', '.join(sources)}"] if sources else []
     parts += [f"not counted: {', '.join(counters)}"] if counters else []
     why = " (why: phasewatch probe)" if not_taken else ""
