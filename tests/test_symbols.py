@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from phasewatch.collectors import kallsyms
 from phasewatch.live.child import Child
 from phasewatch.live.elf_symbols import load_symbols, text_range
 from phasewatch.live.maps import Mapping, parse_maps, read_maps
@@ -130,7 +131,23 @@ def test_special_and_unmapped_addresses():
     symbolizer = Symbolizer.from_pid(os.getpid())
     vdso = next(m for m in symbolizer.mappings if m.path == "[vdso]")
     ips = np.array([0, 0x1000, 0xFFFF_FFFF_8100_0000, vdso.start + 16], dtype=np.uint64)
-    assert list(symbolizer.names(ips)) == [UNKNOWN, UNKNOWN, KERNEL, "[vdso]"]
+    names = list(symbolizer.names(ips))
+    assert names[:2] == [UNKNOWN, UNKNOWN] and names[3] == "[vdso]"
+    # the kernel's own name for the address where this user may read it, as perf report's
+    assert names[2] == KERNEL if kallsyms.running_kernel() is None else names[2].startswith("[k] ")
+
+
+def test_kernel_symbols_name_addresses_and_hidden_ones_name_nothing(tmp_path):
+    listing = tmp_path / "kallsyms"
+    listing.write_text("ffffffff81000000 T _text\nffffffff81000100 t read_zero\n"
+                       "ffffffff81000200 D some_data\nffffffff81000300 T write_null\n")
+    symbols = kallsyms.read(str(listing))
+    ips = np.array([0xFFFFFFFF81000150, 0xFFFFFFFF81000250, 0xFFFFFFFF81000000], np.uint64)
+    assert list(symbols.lookup(ips)) == ["read_zero", "read_zero", "_text"]
+    hidden = tmp_path / "hidden"
+    hidden.write_text("0000000000000000 T _text\n0000000000000000 t read_zero\n")
+    assert kallsyms.read(str(hidden)) is None
+    assert kallsyms.read(str(tmp_path / "absent")) is None
 
 
 def test_names_keep_the_shape_and_accept_empty_input(abab):

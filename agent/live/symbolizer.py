@@ -6,6 +6,9 @@ since shared objects are mapped after exec and a dead process has no maps) and
 resolves arrays of IPs at once: a sorted search over mapping starts, then, per
 mapped object, over its function symbols (:mod:`.elf_symbols`).
 
+Kernel addresses of a live process are named from ``/proc/kallsyms`` as
+``[k] FUNCTION`` (perf report's mark) where this user may read them.
+
 Names that cannot be resolved: ``[kernel]`` for kernel addresses, ``[NAME]``
 for anonymous special mappings such as ``[vdso]``, ``[OBJECT+0xVADDR]`` for an
 address in a mapped file but in no known function, ``[unknown]`` otherwise.
@@ -19,7 +22,8 @@ from typing import Iterable
 
 import numpy as np
 
-from ..core.batch import KERNEL_START
+from ..collectors import kallsyms
+from ..core.batch import KERNEL_START, MISSING
 from .elf_symbols import ElfSymbols, load_symbols
 from .maps import Mapping, maps_text, parse_maps
 
@@ -33,12 +37,14 @@ class Symbolizer:
 
     pid: int | None = None
     _mappings: list[Mapping] = field(default_factory=list)
+    #: Name kernel addresses from the running kernel (a live process, not a recording).
+    kernel_names: bool = False
     _exe: tuple[str, int] | None = None  # path and inode of the main executable
     _last_maps: str = ""
 
     @classmethod
     def from_pid(cls, pid: int) -> "Symbolizer":
-        symbolizer = cls(pid)
+        symbolizer = cls(pid, kernel_names=True)
         symbolizer.snapshot()
         return symbolizer
 
@@ -148,7 +154,10 @@ class Symbolizer:
 
     def _resolve_unique(self, ips: np.ndarray, offsets: bool) -> np.ndarray:
         out = np.full(ips.shape, UNKNOWN, dtype=object)
-        out[ips >= KERNEL_START] = KERNEL
+        kernel = ips >= KERNEL_START
+        out[kernel] = KERNEL
+        if self.kernel_names and kernel.any():
+            out[kernel] = _kernel_names(ips[kernel])
         if not self._mappings:
             return out
         starts = np.array([m.start for m in self._mappings], dtype=np.uint64)
@@ -183,6 +192,20 @@ class Symbolizer:
             mapped = f"/proc/{self.pid}/map_files/{mapping.start:x}-{mapping.end:x}"
             symbols = load_symbols(mapped, mapping.inode)
         return symbols
+
+
+def _kernel_names(ips: np.ndarray) -> np.ndarray:
+    """``[k] FUNCTION`` for each kernel address; ``[kernel]`` where the
+    kernel's symbols cannot be read (or for MISSING, a sample the source
+    could not place)."""
+    symbols = kallsyms.running_kernel()
+    names = np.full(ips.shape, KERNEL, dtype=object)
+    if symbols is None:
+        return names
+    known = ips != MISSING
+    found = symbols.lookup(ips[known])
+    names[known] = np.array([KERNEL if f is None else f"[k] {f}" for f in found], dtype=object)
+    return names
 
 
 def _recorded_mapping(m: dict) -> Mapping:
