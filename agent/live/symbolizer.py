@@ -7,7 +7,9 @@ resolves arrays of IPs at once: a sorted search over mapping starts, then, per
 mapped object, over its function symbols (:mod:`.elf_symbols`).
 
 Kernel addresses of a live process are named from ``/proc/kallsyms`` as
-``[k] FUNCTION`` (perf report's mark) where this user may read them.
+``[k] FUNCTION`` (perf report's mark) where this user may read them, and
+JIT code from the process's ``/tmp/perf-PID.map`` where its runtime writes
+one (:mod:`.perf_map`).
 
 Names that cannot be resolved: ``[kernel]`` for kernel addresses, ``[NAME]``
 for anonymous special mappings such as ``[vdso]``, ``[OBJECT+0xVADDR]`` for an
@@ -26,6 +28,7 @@ from ..collectors import kallsyms
 from ..core.batch import KERNEL_START, MISSING
 from .elf_symbols import ElfSymbols, load_symbols
 from .maps import Mapping, maps_text, parse_maps
+from .perf_map import PerfMap
 
 UNKNOWN = "[unknown]"
 KERNEL = "[kernel]"
@@ -37,8 +40,10 @@ class Symbolizer:
 
     pid: int | None = None
     _mappings: list[Mapping] = field(default_factory=list)
-    #: Name kernel addresses from the running kernel (a live process, not a recording).
+    #: Name kernel addresses from the running kernel and JIT code from the
+    #: process's perf map (a live process, not a recording).
     kernel_names: bool = False
+    _perf_map: "PerfMap | None" = None
     _exe: tuple[str, int] | None = None  # path and inode of the main executable
     _last_maps: str = ""
 
@@ -158,6 +163,8 @@ class Symbolizer:
         out[kernel] = KERNEL
         if self.kernel_names and kernel.any():
             out[kernel] = _kernel_names(ips[kernel])
+        if self.pid is not None and self.kernel_names:
+            self._name_jit_code(ips, out)
         if not self._mappings:
             return out
         starts = np.array([m.start for m in self._mappings], dtype=np.uint64)
@@ -168,6 +175,20 @@ class Symbolizer:
             selected = inside & (which == index)
             out[selected] = self._resolve_in(self._mappings[index], ips[selected], offsets)
         return out
+
+    def _name_jit_code(self, ips: np.ndarray, out: np.ndarray) -> None:
+        """JIT functions from the perf map, for addresses no file names."""
+        anonymous = np.array([n == UNKNOWN or (isinstance(n, str) and n.startswith("[")
+                                                and not n.startswith(("[k] ", "[kernel]")))
+                              for n in out], dtype=bool) if len(out) else np.zeros(0, bool)
+        if not anonymous.any():
+            return
+        if self._perf_map is None:
+            self._perf_map = PerfMap(self.pid)
+        found = self._perf_map.lookup(ips[anonymous])
+        named = np.array([f is not None for f in found], dtype=bool)
+        where = np.flatnonzero(anonymous)[named]
+        out[where] = found[named]
 
     def _resolve_in(self, mapping: Mapping, ips: np.ndarray, offsets: bool) -> np.ndarray:
         if not mapping.is_file:
