@@ -237,5 +237,5 @@ def test_kernel_time_is_sampled_with_kernel_and_said_to_be_left_out_without(tmp_
         assert "[k] read_zero" in names, names
     proc = phasewatch("run", "--no-catalog", *dd)
     assert proc.returncode == 0, proc.stderr
-    assert "user mode only (--kernel adds the kernel)" in proc.stderr
+    assert "source: perf, user mode only;" in proc.stderr
     assert "[kernel]" not in proc.stderr and "[k] " not in proc.stderr

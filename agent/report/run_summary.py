@@ -76,8 +76,7 @@ def source_line(source: str, not_taken: dict[str, str], register_rate: dict | No
     probe').  ``kernel``: whether kernel mode was sampled (None: unknown)."""
     sources = [name for name in not_taken if name in CHOICES]
     counters = [name for name in not_taken if name not in CHOICES]
-    mode = {True: ", user and kernel mode", False: ", user mode only (--kernel adds the kernel)",
-            None: ""}[kernel]
+    mode = {True: ", user and kernel mode", False: ", user mode only", None: ""}[kernel]
     parts = [f"source: {source}" + (f" ({register_rate['said']})" if register_rate else "")
              + mode]
     parts += [f"not taken: {', '.join(sources)}"] if sources else []
