@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import zlib
 
 import numpy as np
 import pytest
@@ -55,6 +56,54 @@ def test_kernel_matches_reference(bits, nbins):
     assert out[-1] >= 0                       # an unmapped user address, by its address
     CodeMap.from_mappings(MAPPINGS).bins(ips, t, bits, nbins, out, unmapped=False)
     assert out[-1] == -1 and 0 < (out >= 0).mean() < 1
+
+
+U64 = (1 << 64) - 1
+
+
+def plain_mix(x: int) -> int:
+    """SplitMix64's finaliser, in Python integers."""
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & U64
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & U64
+    return x ^ (x >> 31)
+
+
+def plain_key(name: str) -> int:
+    return (zlib.crc32(name.encode()) << 32) | zlib.adler32(name.encode())
+
+
+def plain_entry(ip: int, t: int, mappings: list[dict], bits: int, nbins: int) -> int:
+    """One IP's entry by the definition, without the code under test: the
+    mapping covering it at time ``t`` (from its ``t_ns``, until a later
+    mapping overlapping it), its object (the path, or the anonymous mapping
+    itself), and the IP's offset in that object's file."""
+    if ip in (0, 2**64 - 1):
+        return -1
+    if ip >= 0xFFFF_8000_0000_0000:
+        key, offset = plain_key("[kernel]"), ip - 0xFFFF_8000_0000_0000
+    else:
+        key, offset = plain_key("[address space]"), ip
+        for m in mappings:
+            since = m.get("t_ns", -2**63)
+            later = [o.get("t_ns") for o in mappings if o.get("t_ns") is not None
+                     and o["t_ns"] > since and o["start"] < m["end"] and m["start"] < o["end"]]
+            if m["start"] <= ip < m["end"] and since <= t < min(later, default=2**63):
+                anonymous = m["path"] in ("", "[anon]")
+                key = plain_key(f"[anon@{m['start']:x}]" if anonymous else m["path"])
+                offset = ip - m["start"] + (0 if anonymous else m["offset"])
+    return plain_mix(key ^ plain_mix(offset >> bits)) % nbins
+
+
+@pytest.mark.parametrize("bits,nbins", [(12, 1024), (8, 64), (0, 4096)])
+def test_kernel_matches_the_definition_written_out_plainly(bits, nbins):
+    rng = np.random.default_rng(bits + 1)
+    ips, t = random_ips(rng, 300)
+    out = np.empty(len(ips), np.int32)
+    CodeMap.from_mappings(MAPPINGS).bins(ips, t, bits, nbins, out)
+    want = [plain_entry(int(ip), int(when), MAPPINGS, bits, nbins) for ip, when in zip(ips, t)]
+    assert out.tolist() == want
 
 
 def test_no_mapping_list_hashes_absolute_addresses():
