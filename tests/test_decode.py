@@ -1,5 +1,7 @@
 """The decoder: units from raw counters, and counters that misbehave."""
 
+from fractions import Fraction
+
 import numpy as np
 from hypothesis import given, strategies as st
 
@@ -101,6 +103,17 @@ def test_thread_counters_take_deltas_per_thread():
 def test_voltage_zero_or_missing_is_unknown():
     out = decode(batch(perf_status=[0, M]), DecoderState(), 1000.0)
     assert np.isnan(out[F["voltage_mv"]]).all()
+
+
+def test_voltages_between_steps_of_1_8192_volt_keep_their_fraction():
+    """IA32_PERF_STATUS bits 47:32 count 1/8192 V: 7883 is 962.28… mV, not
+    962; bits outside the field are ignored."""
+    raws = [4097, 7883, 8001, 8193, 8847, 13105]
+    status = [raw << 32 | 0x1E00 | (1 << 50) * (k % 2) for k, raw in enumerate(raws)]
+    out = decode(batch(perf_status=status), DecoderState(), 3000.0)
+    want = [float(Fraction(raw * 1000, 8192)) for raw in raws]
+    assert out[F["voltage_mv"]].tolist() == want
+    assert want[1] == 962.280273437500 and want[1] != int(want[1])
 
 
 counter = st.lists(st.integers(0, 2**40), min_size=1, max_size=60)
