@@ -19,6 +19,11 @@ from phasewatch.report.diff import PhaseStats, RunPhases, diff_runs, pair_phases
 
 SCALE = "2"
 DETECTION = ("--detector", "vpf-ip", "--interval-samples", "100")
+#: The two runs are separate processes on a shared host: a part that does the
+#: same work may take up to a quarter longer in one of them, and must not
+#: count as a change; the changed part takes several times longer.
+TOLERANCE = ("--tolerance", "0.3")
+SAME_WORK = 0.25
 
 
 def large_walk_kib() -> int:
@@ -60,7 +65,7 @@ def recordings(abab, tmp_path_factory):
 @pytest.fixture(scope="module")
 def diffed(recordings):
     d, measured = recordings
-    proc = phasewatch("diff", d / "a.arrow", d / "b.arrow", *DETECTION, "--json")
+    proc = phasewatch("diff", d / "a.arrow", d / "b.arrow", *DETECTION, *TOLERANCE, "--json")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout), measured
 
@@ -70,7 +75,7 @@ def test_diff_names_the_slowed_part_alone_with_its_measured_slowdown(diffed):
     result, measured = diffed
     slowdown = measured["b"]["part_walk"] / measured["a"]["part_walk"]
     others = [measured["b"][p] / measured["a"][p] for p in ("part_hash", "part_float")]
-    assert slowdown > 1.5 and all(abs(r - 1) < 0.1 for r in others), measured  # the premise
+    assert slowdown > 2 and all(abs(r - 1) < SAME_WORK for r in others), measured  # the premise
     changed = [p for p in result["pairs"] if p["changed"]]
     assert len(changed) == 1, result["pairs"]
     pair = changed[0]
@@ -92,7 +97,7 @@ def test_every_part_is_paired_with_itself(diffed):
 @pytest.mark.slow
 def test_the_table_marks_the_changed_pair(recordings):
     d, _ = recordings
-    proc = phasewatch("diff", d / "a.arrow", d / "b.arrow", *DETECTION)
+    proc = phasewatch("diff", d / "a.arrow", d / "b.arrow", *DETECTION, *TOLERANCE)
     assert proc.returncode == 0, proc.stderr
     slower = [line for line in proc.stdout.splitlines() if "slower *" in line]
     assert len(slower) == 1 and "part_walk" in slower[0], proc.stdout
