@@ -28,10 +28,14 @@ tell from the original.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -102,15 +106,26 @@ def environment() -> dict[str, str]:
     return env
 
 
-def test_command(module: str) -> list[str]:
-    return [str(BIN / "python"), "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-            "-m", "not slow and not kmod", *(f"tests/{t}" for t in TESTS[module])]
+def test_command(module: str) -> str:
+    """The command line cosmic-ray runs (it splits it with shlex)."""
+    return shlex.join([str(BIN / "python"), str(TREE / "tools" / "mutants.py"), "--pytest",
+                       "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow and not kmod",
+                       *(f"tests/{t}" for t in TESTS[module])])
+
+
+def pytest_with_fresh_kernels(args: list[str]) -> int:
+    """pytest ARGS with numba's cache in a new folder: a cached kernel keeps
+    the constants it was compiled with (numba checks only its own file), so
+    a mutated constant of another module would go unseen."""
+    with tempfile.TemporaryDirectory(prefix="numba-") as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        return subprocess.run([str(BIN / "python"), "-m", "pytest", *args], env=env).returncode
 
 
 def config(module: str, timeout: float) -> str:
     excluded = ", ".join(f"'{e}'" for e in EXCLUDED_OPERATORS)
     return (f'[cosmic-ray]\nmodule-path = "agent/{module}"\ntimeout = {timeout:.0f}\n'
-            f'excluded-modules = []\ntest-command = "{" ".join(test_command(module))}"\n'
+            f'excluded-modules = []\ntest-command = {json.dumps(test_command(module))}\n'
             f'[cosmic-ray.distributor]\nname = "local"\n'
             f'[cosmic-ray.filters.operators-filter]\nexclude-operators = [{excluded}]\n')
 
@@ -123,10 +138,10 @@ def run_module(module: str) -> None:
     """Mutants of ``module`` against its tests (the session resumed if it exists)."""
     env = environment()
     started = time.monotonic()
-    baseline = subprocess.run(test_command(module), cwd=TREE, env=env,
+    baseline = subprocess.run(shlex.split(test_command(module)), cwd=TREE, env=env,
                               capture_output=True, text=True)
     took = time.monotonic() - started
-    if baseline.returncode != 0:
+    if baseline.returncode != 0 or " passed" not in baseline.stdout:
         sys.exit(f"mutants: the tests of {module} fail unmutated:\n{baseline.stdout[-2000:]}")
     cfg = BUILD / (session(module).stem + ".toml")
     cfg.write_text(config(module, timeout=3 * took + 30))
@@ -177,6 +192,8 @@ def main() -> None:
     parser.add_argument("modules", nargs="*", metavar="MODULE",
                         help="e.g. core/codemap (default: every module mapped to tests)")
     parser.add_argument("--report", action="store_true", help="only report what has run")
+    if sys.argv[1:2] == ["--pytest"]:
+        sys.exit(pytest_with_fresh_kernels(sys.argv[2:]))
     args = parser.parse_args()
     chosen = [m if m.endswith(".py") else m + ".py" for m in args.modules] or list(TESTS)
     unknown = [m for m in chosen if m not in TESTS]
@@ -184,6 +201,7 @@ def main() -> None:
         sys.exit(f"mutants: no tests mapped for {', '.join(unknown)}: one of {', '.join(TESTS)}")
     BUILD.mkdir(parents=True, exist_ok=True)
     if not args.report:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit("mutants: stopped (the session resumes)"))
         copy_tree()
         try:
             for module in chosen:
