@@ -61,6 +61,7 @@ def test_made_up_perf_status_holds_the_voltage_in_bits_47_32_and_keeps_the_low_b
     got = registers.perf_status_of(volts, low_bits=0x1E00)
     assert got.tolist() == [(8192 << 32) | 0x1E00, (7883 << 32) | 0x1E00, (9830 << 32) | 0x1E00]
     assert registers.voltage_volts(got).tolist() == [1.0, 7883 / 8192, 9830 / 8192]
+    assert registers.perf_status_of([1.0]).tolist() == [8192 << 32]     # no low bits set
 
 
 def test_reads_values_written_at_their_addresses(msrdir):

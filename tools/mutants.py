@@ -35,7 +35,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -100,26 +99,26 @@ def copy_tree() -> None:
 
 
 def environment() -> dict[str, str]:
+    # The kernels run as Python: numba's cache keeps a kernel compiled with
+    # the constants and callees of other modules as they were, so a mutant
+    # there would go unseen; compiling afresh for every mutant takes longer
+    # than the tests.
     env = dict(os.environ, PYTHONPATH=str(TREE / ".import"), PYTHONDONTWRITEBYTECODE="1",
-               PATH=f"{BIN}:{os.environ.get('PATH', '')}")
+               NUMBA_DISABLE_JIT="1", PATH=f"{BIN}:{os.environ.get('PATH', '')}")
     env.pop("PHASEWATCH_KERNELS", None)
     return env
 
 
+#: Tests that fail on any change of source (the ahead-of-time kernels are
+#: built from the sources as they were), so would kill every mutant.
+SOURCE_CHECKS = "not test_the_module_is_built_from_these_sources and not needs_no_jit"
+
+
 def test_command(module: str) -> str:
     """The command line cosmic-ray runs (it splits it with shlex)."""
-    return shlex.join([str(BIN / "python"), str(TREE / "tools" / "mutants.py"), "--pytest",
-                       "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow and not kmod",
+    return shlex.join([str(BIN / "python"), "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                       "-m", "not slow and not kmod", "-k", SOURCE_CHECKS,
                        *(f"tests/{t}" for t in TESTS[module])])
-
-
-def pytest_with_fresh_kernels(args: list[str]) -> int:
-    """pytest ARGS with numba's cache in a new folder: a cached kernel keeps
-    the constants it was compiled with (numba checks only its own file), so
-    a mutated constant of another module would go unseen."""
-    with tempfile.TemporaryDirectory(prefix="numba-") as cache:
-        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
-        return subprocess.run([str(BIN / "python"), "-m", "pytest", *args], env=env).returncode
 
 
 def config(module: str, timeout: float) -> str:
@@ -192,8 +191,6 @@ def main() -> None:
     parser.add_argument("modules", nargs="*", metavar="MODULE",
                         help="e.g. core/codemap (default: every module mapped to tests)")
     parser.add_argument("--report", action="store_true", help="only report what has run")
-    if sys.argv[1:2] == ["--pytest"]:
-        sys.exit(pytest_with_fresh_kernels(sys.argv[2:]))
     args = parser.parse_args()
     chosen = [m if m.endswith(".py") else m + ".py" for m in args.modules] or list(TESTS)
     unknown = [m for m in chosen if m not in TESTS]
