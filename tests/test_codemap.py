@@ -38,7 +38,8 @@ MAPPINGS = [
 
 def random_ips(rng, n: int) -> tuple[np.ndarray, np.ndarray]:
     picks = [rng.integers(m["start"] - 0x1000, m["end"] + 0x1000, n) for m in MAPPINGS]
-    ips = np.concatenate(picks).astype(np.uint64)
+    edges = [[m["start"] - 1, m["start"], m["end"] - 1, m["end"]] for m in MAPPINGS]
+    ips = np.concatenate(picks + edges).astype(np.uint64)
     special = np.array([0, MISSING, KERNEL_START, KERNEL_START + np.uint64(0x1234567),
                         0x10], np.uint64)
     ips = np.concatenate([ips, special])
@@ -114,6 +115,13 @@ def test_no_mapping_list_hashes_absolute_addresses():
     CodeMap.from_mappings(None).bins(ips, t, 12, 1024, out)
     assert np.array_equal(out, code_bins_reference(ips, t, None, 12, 1024))
     assert (out[ips == 0] == -1).all() and (out[(ips != 0) & (ips != MISSING)] >= 0).all()
+
+
+def test_without_a_mapping_list_no_user_address_is_unknown():
+    ips = np.array([0x400000, 0x7F0000001234, 0x10], np.uint64)
+    assert not CodeMap.from_mappings(None).unknown(ips, np.zeros(3, np.int64)).any()
+    assert CodeMap.from_mappings(MAPPINGS[:1]).unknown(ips, np.zeros(3, np.int64)).tolist() == \
+        [False, True, True]
 
 
 def test_objects_and_times_decide_the_entry():
