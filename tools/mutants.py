@@ -33,6 +33,7 @@ import os
 import shlex
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -157,6 +158,14 @@ def run_module(module: str) -> None:
     assert restored, f"cosmic-ray left agent/{module} mutated in {TREE}"
 
 
+def forget_survivors(module: str) -> None:
+    """Drop the results of the mutants that survived, so that the session's
+    next run tries them again."""
+    if session(module).exists():
+        with sqlite3.connect(session(module)) as db:
+            db.execute("DELETE FROM work_results WHERE test_outcome IN ('SURVIVED', 'survived')")
+
+
 def tally(module: str) -> tuple[int, int, int, list[str]]:
     """(killed, done, total, survivors as 'line: operator') of a session."""
     from cosmic_ray.work_db import WorkDB, use_db
@@ -191,12 +200,17 @@ def main() -> None:
     parser.add_argument("modules", nargs="*", metavar="MODULE",
                         help="e.g. core/codemap (default: every module mapped to tests)")
     parser.add_argument("--report", action="store_true", help="only report what has run")
+    parser.add_argument("--retest-survivors", action="store_true",
+                        help="run the mutants that survived again (after new tests)")
     args = parser.parse_args()
     chosen = [m if m.endswith(".py") else m + ".py" for m in args.modules] or list(TESTS)
     unknown = [m for m in chosen if m not in TESTS]
     if unknown:
         sys.exit(f"mutants: no tests mapped for {', '.join(unknown)}: one of {', '.join(TESTS)}")
     BUILD.mkdir(parents=True, exist_ok=True)
+    if args.retest_survivors:
+        for module in chosen:
+            forget_survivors(module)
     if not args.report:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit("mutants: stopped (the session resumes)"))
         copy_tree()
