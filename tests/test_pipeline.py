@@ -6,7 +6,8 @@ import pytest
 from phasewatch.core import reference
 from phasewatch.core.classify import MATCHED
 from phasewatch.core.batch import SampleBatch, concat
-from phasewatch.core.driver import Streams
+from phasewatch.core.driver import Driver, Streams
+from phasewatch.core.source import Sink
 from phasewatch.core.params import DetectorParams, IntervalParams, Params, histogram_params_of
 from phasewatch.core.pipeline import Intervals, Pipeline
 from phasewatch.formats import synthetic
@@ -118,7 +119,9 @@ def test_streams_give_each_cpu_its_own_pipeline_and_phase_history():
     with the phase before it (-1 before the first), and the changes where
     they differ; the trailing partial interval follows its stream's last phase."""
     cols = {}
-    for cpu, schedule in ((0, synthetic.SCHEDULE), (1, synthetic.SCHEDULE[::-1])):
+    # cpu1 ends in one interval of a phase it has not had: held for a
+    # decision until the source ends (the next interval is cut short).
+    for cpu, schedule in ((0, synthetic.SCHEDULE), (1, (("compute-a", 20), ("memory", 2)))):
         rows = concat(list(synthetic.generate(schedule, seed=cpu + 1)))
         rows = rows.slice(0, len(rows) - 5)         # a trailing partial interval
         cols[cpu] = SampleBatch({**rows.columns, "cpu": np.full(len(rows), cpu, rows["cpu"].dtype)})
@@ -127,16 +130,18 @@ def test_streams_give_each_cpu_its_own_pipeline_and_phase_history():
     both = concat([cols[0], cols[1], cols[2]])
     both = SampleBatch({n: c[np.argsort(both["t_ns"], kind="stable")] for n, c in both.columns.items()})
     streams = Streams(lambda name: Pipeline(params(), synthetic.BASE_MHZ), name=None)
-    got = {}
-    for start in range(0, len(both), 5000):
-        for c in streams.feed(both.slice(start, start + 5000)):
-            got.setdefault(c.stream, []).append(c)
-    tails = {}
-    for c in streams.finish():
+    sink = Kept()
+    driver = Driver(streams, [sink])
+    driver.run(both.slice(start, start + 5000) for start in range(0, len(both), 5000))
+    driver.flush()
+    assert sink.ends == 1
+    driver.finish()
+    got, tails = {}, {}
+    for c in sink.classified_intervals:
         if c.intervals.partial:
             tails[c.stream] = c
         else:
-            got[c.stream].append(c)
+            got.setdefault(c.stream, []).append(c)
     assert sorted(got) == ["cpu0", "cpu1"] and sorted(tails) == ["cpu0", "cpu1", "cpu2"]
     assert tails["cpu2"].previous.tolist() == [-1]
     for cpu in (0, 1):
@@ -151,3 +156,18 @@ def test_streams_give_each_cpu_its_own_pipeline_and_phase_history():
                                   for k, c in enumerate(parts)])
         assert changes.tolist() == [i for i in range(len(phases)) if i == 0 or phases[i] != phases[i - 1]]
         assert tails[f"cpu{cpu}"].previous.tolist() == [phases[-1]] * len(tails[f"cpu{cpu}"].intervals)
+    streams.forget(["cpu1"])
+    assert sorted(streams.pipelines) == ["cpu0", "cpu2"] and "cpu1" not in streams.last_phase
+
+
+class Kept(Sink):
+    """A sink that keeps what it is handed."""
+
+    def __init__(self):
+        self.classified_intervals, self.ends = [], 0
+
+    def classified(self, c) -> None:
+        self.classified_intervals.append(c)
+
+    def ended(self) -> None:
+        self.ends += 1
