@@ -129,12 +129,15 @@ def test_streams_give_each_cpu_its_own_pipeline_and_phase_history():
     cols[2] = SampleBatch({**few.columns, "cpu": np.full(10, 2, few["cpu"].dtype)})
     both = concat([cols[0], cols[1], cols[2]])
     both = SampleBatch({n: c[np.argsort(both["t_ns"], kind="stable")] for n, c in both.columns.items()})
-    streams = Streams(lambda name: Pipeline(params(), synthetic.BASE_MHZ), name=None)
+    rows_seen = {}
+    streams = Streams(lambda name: Pipeline(params(), synthetic.BASE_MHZ), name=None,
+                      on_rows=lambda name, n: rows_seen.update({name: rows_seen.get(name, 0) + n}))
     sink = Kept()
     driver = Driver(streams, [sink])
     driver.run(both.slice(start, start + 5000) for start in range(0, len(both), 5000))
     driver.flush()
-    assert sink.ends == 1
+    assert sink.ends == 1 and sink.rows == len(both)
+    assert rows_seen == {f"cpu{cpu}": len(rows) for cpu, rows in cols.items()}
     driver.finish()
     got, tails = {}, {}
     for c in sink.classified_intervals:
@@ -164,7 +167,10 @@ class Kept(Sink):
     """A sink that keeps what it is handed."""
 
     def __init__(self):
-        self.classified_intervals, self.ends = [], 0
+        self.classified_intervals, self.ends, self.rows = [], 0, 0
+
+    def batch(self, batch) -> None:
+        self.rows += len(batch)
 
     def classified(self, c) -> None:
         self.classified_intervals.append(c)
