@@ -118,10 +118,12 @@ def test_no_mapping_list_hashes_absolute_addresses():
 
 
 def test_without_a_mapping_list_no_user_address_is_unknown():
-    ips = np.array([0x400000, 0x7F0000001234, 0x10], np.uint64)
-    assert not CodeMap.from_mappings(None).unknown(ips, np.zeros(3, np.int64)).any()
-    assert CodeMap.from_mappings(MAPPINGS[:1]).unknown(ips, np.zeros(3, np.int64)).tolist() == \
-        [False, True, True]
+    """Unknown: a user-space IP in no mapping; no IP (0, MISSING) and kernel IPs never."""
+    ips = np.array([0x400000, 0x7F0000001234, 0x10, 0, MISSING, KERNEL_START], np.uint64)
+    t = np.zeros(len(ips), np.int64)
+    assert not CodeMap.from_mappings(None).unknown(ips, t).any()
+    assert CodeMap.from_mappings(MAPPINGS[:1]).unknown(ips, t).tolist() == \
+        [False, True, True, False, False, False]
 
 
 def test_objects_and_times_decide_the_entry():
