@@ -69,6 +69,19 @@ def test_deltas_are_per_cpu_and_carry_across_batches():
     assert list(out[F["d_instructions"]]) == [500, 60]
 
 
+def test_one_cpus_counter_carries_its_last_value_into_the_next_batch():
+    """A batch of one CPU's rows (the vectorised path): the next batch's first
+    delta is taken from this batch's last value, and a step back there is
+    dropped and counted."""
+    state = DecoderState()
+    decode(batch(instructions=[100, 200, 300], cycles=[0, 10, 20]), state, 1000.0)
+    out = decode(batch(instructions=[250, 400, 460], cycles=[30, 40, 50]), state, 1000.0)
+    assert list(out[F["d_instructions"]]) == [0, 150, 60]
+    assert state.dropped() == {"instructions": 1}
+    out = decode(batch(instructions=[470], cycles=[60]), state, 1000.0)
+    assert list(out[F["d_instructions"]]) == [10]
+
+
 def test_no_delta_is_left_over_from_the_previous_batch():
     """The work arrays are reused: a row with no delta to take must read NaN,
     not the delta the previous batch had in that row."""
