@@ -119,3 +119,21 @@ def test_unknown_arrow_file_is_rejected(tmp_path):
     feather.write_feather(pa.table({"x": [1, 2]}), str(path))
     with pytest.raises(UserError, match="not a phasewatch trace"):
         TraceReader(str(path))
+
+
+def test_the_first_bad_id_is_the_earliest_row_of_either_column():
+    from phasewatch.core.batch import BatchError, SampleBatch, concat, first_bad_id
+    ok = {"t_ns": np.arange(4, dtype=np.int64), "cpu": np.array([0, 1, 8191, 3], np.int32),
+          "tid": np.array([1, 4_194_304, 2, 0], np.int32)}
+    assert first_bad_id(SampleBatch(ok)) is None
+    tid_first = {**ok, "cpu": np.array([0, 1, 2, 8192], np.int32), "tid": np.array([1, -1, 2, 3], np.int32)}
+    assert first_bad_id(SampleBatch(tid_first)) == (1, "tid", -1)
+    cpu_first = {**ok, "cpu": np.array([0, -2, 2, 3], np.int32), "tid": np.array([1, 2, 4_194_305, 3], np.int32)}
+    assert first_bad_id(SampleBatch(cpu_first)) == (1, "cpu", -2)
+    one = {"t_ns": np.zeros(1, np.int64), "cpu": np.array([9000], np.int32)}
+    assert first_bad_id(SampleBatch(one)) == (0, "cpu", 9000)
+    assert first_bad_id(SampleBatch.empty()) is None
+    joined = concat([SampleBatch(ok), SampleBatch(ok), SampleBatch(ok)])
+    assert len(joined) == 12 and joined["tid"].tolist() == ok["tid"].tolist() * 3
+    with pytest.raises(BatchError, match="cannot join"):
+        concat([SampleBatch(ok), SampleBatch(ok), SampleBatch(one)])
