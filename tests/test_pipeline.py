@@ -159,6 +159,9 @@ def test_streams_give_each_cpu_its_own_pipeline_and_phase_history():
                                   for k, c in enumerate(parts)])
         assert changes.tolist() == [i for i in range(len(phases)) if i == 0 or phases[i] != phases[i - 1]]
         assert tails[f"cpu{cpu}"].previous.tolist() == [phases[-1]] * len(tails[f"cpu{cpu}"].intervals)
+    assert driver.close() == [] and sink.closed == [True]
+    one_row = cols[0].slice(0, 1)
+    assert streams.feed(one_row) == [] and rows_seen["cpu0"] == len(cols[0]) + 1
     streams.forget(["cpu1"])
     assert sorted(streams.pipelines) == ["cpu0", "cpu2"] and "cpu1" not in streams.last_phase
 
@@ -167,7 +170,10 @@ class Kept(Sink):
     """A sink that keeps what it is handed."""
 
     def __init__(self):
-        self.classified_intervals, self.ends, self.rows = [], 0, 0
+        self.classified_intervals, self.ends, self.rows, self.closed = [], 0, 0, []
+
+    def close(self, complete: bool = True) -> None:
+        self.closed.append(complete)
 
     def batch(self, batch) -> None:
         self.rows += len(batch)

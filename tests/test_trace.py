@@ -137,3 +137,16 @@ def test_the_first_bad_id_is_the_earliest_row_of_either_column():
     assert len(joined) == 12 and joined["tid"].tolist() == ok["tid"].tolist() * 3
     with pytest.raises(BatchError, match="cannot join"):
         concat([SampleBatch(ok), SampleBatch(ok), SampleBatch(one)])
+
+
+def test_a_batch_is_columns_of_one_length_and_names_what_is_wrong():
+    from phasewatch.core.batch import BatchError, SampleBatch, id_problem
+    t = np.arange(3, dtype=np.int64)
+    with pytest.raises(BatchError, match="column 'cpu' has shape \\(2,\\), expected \\(3,\\)"):
+        SampleBatch({"t_ns": t, "cpu": np.zeros(2, np.int32)})
+    with pytest.raises(BatchError, match="column 'ip' has shape \\(3, 1\\)"):
+        SampleBatch({"t_ns": t, "cpu": np.zeros(3, np.int32), "ip": np.zeros((3, 1), np.uint64)})
+    empty = SampleBatch.empty(("ip",))
+    assert len(empty) == 0 and set(empty.signals) == {"t_ns", "cpu", "ip"}
+    assert id_problem("cpu", 9000) == "column 'cpu': 9000 is not a CPU id (0..8191)"
+    assert id_problem("tid", -1) == "column 'tid': -1 is not a thread id (0..4194304)"
