@@ -36,6 +36,23 @@ def test_known_values():
     assert out[F["d_instructions"], 1] == 3_000_000
 
 
+def test_residency_needs_the_tsc_alone_and_a_clock_that_moved():
+    """C-state shares are taken where the TSC is decoded (whatever else is
+    not), and read NaN without it; C1 is NaN where the TSC did not move or
+    MPERF is missing, and the counts beside them are still decoded."""
+    cols = dict(mperf=[0, 1_000, 2_000, M, 4_000], tsc=[0, 4_000, 4_000, 8_000, 12_000],
+                instructions=[0, 10, 20, 30, 40], cycles=[0, 20, 40, 60, 80])
+    no_pperf = DecoderState(counters=tuple(c for c in COUNTERS if c != "pperf"))
+    out = decode(batch(**cols), no_pperf, 1000.0)
+    assert out[F["c0"], 1] == 0.25 and out[F["c1"], 1] == 0.75
+    assert np.isnan(out[F["c1"], 2])                # the TSC did not move
+    assert np.isnan(out[F["c1"], 3])                # MPERF missing
+    no_tsc = DecoderState(counters=tuple(c for c in COUNTERS if c != "tsc"))
+    out = decode(batch(**cols), no_tsc, 1000.0)
+    assert np.isnan(out[F["c0"]:]).all()
+    assert out[F["d_cycles"]].tolist() == [0, 20, 20, 20, 20]
+
+
 def test_c1_never_negative():
     b = batch(mperf=[0, 10], tsc=[0, 10], c3=[0, 5], c6=[0, 5], c7=[0, 5])
     out = decode(b, DecoderState(), 1000.0)
