@@ -3,6 +3,7 @@
 from fractions import Fraction
 
 import numpy as np
+import pytest
 from hypothesis import given, strategies as st
 
 from phasewatch.core import reference
@@ -97,6 +98,13 @@ def test_one_cpus_counter_carries_its_last_value_into_the_next_batch():
     assert state.dropped() == {"instructions": 1}
     out = decode(batch(instructions=[470], cycles=[60]), state, 1000.0)
     assert list(out[F["d_instructions"]]) == [10]
+
+
+@pytest.mark.parametrize("cpus,named", [([0, 8192], 8192), ([-1, 3], -1), ([-5, 9000], -5)])
+def test_a_cpu_id_beyond_the_range_is_refused_naming_it(cpus, named):
+    b = batch(cpu=np.array(cpus), instructions=[0, 1])
+    with pytest.raises(ValueError, match=rf"CPU id {named} outside \(0, 8191\)"):
+        decode(b, DecoderState(), 1000.0)
 
 
 def test_no_delta_is_left_over_from_the_previous_batch():
