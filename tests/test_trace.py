@@ -130,13 +130,22 @@ def test_the_first_bad_id_is_the_earliest_row_of_either_column():
     assert first_bad_id(SampleBatch(tid_first)) == (1, "tid", -1)
     cpu_first = {**ok, "cpu": np.array([0, -2, 2, 3], np.int32), "tid": np.array([1, 2, 4_194_305, 3], np.int32)}
     assert first_bad_id(SampleBatch(cpu_first)) == (1, "cpu", -2)
+    only_tid = {**ok, "tid": np.array([4_194_304, -1, -2, 3], np.int32)}      # every CPU fine
+    assert first_bad_id(SampleBatch(only_tid)) == (1, "tid", -1)
+    same_row = {**ok, "cpu": np.array([0, 9000, 2, 3], np.int32), "tid": np.array([1, -1, 2, 3], np.int32)}
+    assert first_bad_id(SampleBatch(same_row)) == (1, "cpu", 9000)
+    later_cpu = {**ok, "cpu": np.array([0, 1, -1, 3], np.int32), "tid": np.array([1, -3, 2, 3], np.int32)}
+    assert first_bad_id(SampleBatch(later_cpu)) == (1, "tid", -3)
     one = {"t_ns": np.zeros(1, np.int64), "cpu": np.array([9000], np.int32)}
     assert first_bad_id(SampleBatch(one)) == (0, "cpu", 9000)
     assert first_bad_id(SampleBatch.empty()) is None
     joined = concat([SampleBatch(ok), SampleBatch(ok), SampleBatch(ok)])
     assert len(joined) == 12 and joined["tid"].tolist() == ok["tid"].tolist() * 3
-    with pytest.raises(BatchError, match="cannot join"):
-        concat([SampleBatch(ok), SampleBatch(ok), SampleBatch(one)])
+    for odd in (2, 1):
+        parts = [SampleBatch(ok)] * 3
+        parts[odd] = SampleBatch(one)
+        with pytest.raises(BatchError, match="cannot join"):
+            concat(parts)
 
 
 def test_a_batch_is_columns_of_one_length_and_names_what_is_wrong():
