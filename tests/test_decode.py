@@ -52,6 +52,26 @@ def test_residency_needs_the_tsc_alone_and_a_clock_that_moved():
     out = decode(batch(**cols), no_tsc, 1000.0)
     assert np.isnan(out[F["c0"]:]).all()
     assert out[F["d_cycles"]].tolist() == [0, 20, 20, 20, 20]
+    no_instructions = DecoderState(counters=tuple(c for c in COUNTERS if c != "instructions"))
+    assert decode(batch(**cols), no_instructions, 1000.0)[F["c0"], 1] == 0.25
+
+
+def test_values_at_the_plausible_bounds_are_kept():
+    """500 mV (4096/8192 V) and 10 GHz exactly are plausible; beyond is not."""
+    out = decode(batch(perf_status=[4096 << 32, 4095 << 32, 0, 0],
+                       aperf=[0, 10_000, 20_001, 30_001], mperf=[0, 3_000, 6_000, 9_000]),
+                 DecoderState(), 3000.0)
+    assert out[F["voltage_mv"], 0] == 500.0 and np.isnan(out[F["voltage_mv"], 1])
+    assert out[F["freq_mhz"], 1] == 10_000.0 and np.isnan(out[F["freq_mhz"], 2])
+
+
+def test_a_step_back_is_counted_where_a_batch_has_several_cpus():
+    b = batch(cpu=np.array([0, 1, 0, 1, 0]), instructions=[100, 5, 50, 10, 150],
+              cycles=[0, 0, 10, 10, 20])
+    state = DecoderState()
+    out = decode(b, state, 1000.0)
+    assert list(out[F["d_instructions"]]) == [0, 0, 0, 5, 100]
+    assert state.dropped() == {"instructions": 1}
 
 
 def test_c1_never_negative():
