@@ -9,7 +9,7 @@ STAMP_PIP := $(VENV)/.pip-installed
 EXAMPLE   := examples/synthetic-skylake
 BUILD     := build
 
-.PHONY: install install-system install-system-files demo test pytest bench kmod kmod-test clean
+.PHONY: install install-system install-system-files demo test pytest bench kmod kmod-test clean mutants
 
 AOT       := agent/core/_kernels_aot.json
 
@@ -111,6 +111,14 @@ pytest: install
 	$(VENV)/bin/pytest
 
 test: pytest kmod-test
+
+# Mutation testing with cosmic-ray over core/, formats/ and report/diff.py, each
+# module against its fast test files (tools/mutants.py; docs/testing.md has
+# the score).  Hours for every module: MODULES=core/codemap picks some, and a
+# session already run resumes.  At the lowest priority: the host is shared.
+MODULES ?=
+mutants: install
+	nice -n 19 $(PY) tools/mutants.py $(MODULES)
 
 bench: install
 	$(PY) benchmarks/bench_whole.py

@@ -226,13 +226,17 @@ def test_busy_fractions_see_a_cpu_kept_busy(abab):
 
 
 def test_wait_with_timeout_returns_none_while_running():
-    child = Child.run(["sleep", "0.5"], pin=False)
+    """wait(0.1) returns after its timeout (no sooner), long before the
+    command's 30 s are up (a bound that holds however loaded the host)."""
+    child = Child.run(["sleep", "30"], pin=False)
     started = time.monotonic()
     assert child.wait(timeout=0.1) is None
     assert child.poll() is None
-    assert 0.09 <= time.monotonic() - started < 0.4
-    assert child.wait(timeout=5) == 0
-    assert child.poll() == 0
+    assert 0.09 <= time.monotonic() - started < 15
+    assert child.stop(signal.SIGTERM, grace=5) == 128 + signal.SIGTERM
+    assert child.poll() == 128 + signal.SIGTERM
+    quick = Child.run(["true"], pin=False)
+    assert quick.wait(timeout=30) == 0 and quick.poll() == 0
 
 
 def test_threads_are_listed(abab):

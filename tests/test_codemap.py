@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import zlib
 
 import numpy as np
 import pytest
+from scaling import growth
 
 from phasewatch.core.batch import MISSING, SampleBatch
 from phasewatch.core.codemap import (FOREVER, KERNEL_START, NEVER, CodeMap, code_bins_reference,
@@ -36,7 +38,8 @@ MAPPINGS = [
 
 def random_ips(rng, n: int) -> tuple[np.ndarray, np.ndarray]:
     picks = [rng.integers(m["start"] - 0x1000, m["end"] + 0x1000, n) for m in MAPPINGS]
-    ips = np.concatenate(picks).astype(np.uint64)
+    edges = [[m["start"] - 1, m["start"], m["end"] - 1, m["end"]] for m in MAPPINGS]
+    ips = np.concatenate(picks + edges).astype(np.uint64)
     special = np.array([0, MISSING, KERNEL_START, KERNEL_START + np.uint64(0x1234567),
                         0x10], np.uint64)
     ips = np.concatenate([ips, special])
@@ -57,6 +60,54 @@ def test_kernel_matches_reference(bits, nbins):
     assert out[-1] == -1 and 0 < (out >= 0).mean() < 1
 
 
+U64 = (1 << 64) - 1
+
+
+def plain_mix(x: int) -> int:
+    """SplitMix64's finaliser, in Python integers."""
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & U64
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & U64
+    return x ^ (x >> 31)
+
+
+def plain_key(name: str) -> int:
+    return (zlib.crc32(name.encode()) << 32) | zlib.adler32(name.encode())
+
+
+def plain_entry(ip: int, t: int, mappings: list[dict], bits: int, nbins: int) -> int:
+    """One IP's entry by the definition, without the code under test: the
+    mapping covering it at time ``t`` (from its ``t_ns``, until a later
+    mapping overlapping it), its object (the path, or the anonymous mapping
+    itself), and the IP's offset in that object's file."""
+    if ip in (0, 2**64 - 1):
+        return -1
+    if ip >= 0xFFFF_8000_0000_0000:
+        key, offset = plain_key("[kernel]"), ip - 0xFFFF_8000_0000_0000
+    else:
+        key, offset = plain_key("[address space]"), ip
+        for m in mappings:
+            since = m.get("t_ns", -2**63)
+            later = [o.get("t_ns") for o in mappings if o.get("t_ns") is not None
+                     and o["t_ns"] > since and o["start"] < m["end"] and m["start"] < o["end"]]
+            if m["start"] <= ip < m["end"] and since <= t < min(later, default=2**63):
+                anonymous = m["path"] in ("", "[anon]")
+                key = plain_key(f"[anon@{m['start']:x}]" if anonymous else m["path"])
+                offset = ip - m["start"] + (0 if anonymous else m["offset"])
+    return plain_mix(key ^ plain_mix(offset >> bits)) % nbins
+
+
+@pytest.mark.parametrize("bits,nbins", [(12, 1024), (8, 64), (0, 4096)])
+def test_kernel_matches_the_definition_written_out_plainly(bits, nbins):
+    rng = np.random.default_rng(bits + 1)
+    ips, t = random_ips(rng, 300)
+    out = np.empty(len(ips), np.int32)
+    CodeMap.from_mappings(MAPPINGS).bins(ips, t, bits, nbins, out)
+    want = [plain_entry(int(ip), int(when), MAPPINGS, bits, nbins) for ip, when in zip(ips, t)]
+    assert out.tolist() == want
+
+
 def test_no_mapping_list_hashes_absolute_addresses():
     rng = np.random.default_rng(5)
     ips, t = random_ips(rng, 500)
@@ -64,6 +115,15 @@ def test_no_mapping_list_hashes_absolute_addresses():
     CodeMap.from_mappings(None).bins(ips, t, 12, 1024, out)
     assert np.array_equal(out, code_bins_reference(ips, t, None, 12, 1024))
     assert (out[ips == 0] == -1).all() and (out[(ips != 0) & (ips != MISSING)] >= 0).all()
+
+
+def test_without_a_mapping_list_no_user_address_is_unknown():
+    """Unknown: a user-space IP in no mapping; no IP (0, MISSING) and kernel IPs never."""
+    ips = np.array([0x400000, 0x7F0000001234, 0x10, 0, MISSING, KERNEL_START], np.uint64)
+    t = np.zeros(len(ips), np.int64)
+    assert not CodeMap.from_mappings(None).unknown(ips, t).any()
+    assert CodeMap.from_mappings(MAPPINGS[:1]).unknown(ips, t).tolist() == \
+        [False, True, True, False, False, False]
 
 
 def test_objects_and_times_decide_the_entry():
@@ -179,10 +239,15 @@ def test_when_a_mapping_is_replaced_matches_every_pair_compared():
         assert replaced_at(rows) == brute_force_replaced_at(rows), rows
 
 
-def test_twelve_thousand_mappings_build_in_well_under_a_second():
-    rows = [{"start": 0x1000 * i, "end": 0x1000 * i + 0x800, "offset": 0, "path": f"/lib{i}.so",
-             "t_ns": i} for i in range(12_000)]
-    started = time.perf_counter()
-    table = CodeMap.from_mappings(rows)
-    assert time.perf_counter() - started < 1.0
-    assert len(table.starts) == 12_000
+def many_mappings(n: int) -> list[dict]:
+    return [{"start": 0x1000 * i, "end": 0x1000 * i + 0x800, "offset": 0, "path": f"/lib{i}.so",
+             "t_ns": i} for i in range(n)]
+
+
+def test_mappings_build_in_time_that_grows_about_linearly():
+    """Twenty times the mappings take well under the 400 times that work
+    per pair of mappings would (timed side by side: tests/scaling.py)."""
+    small, large = many_mappings(600), many_mappings(12_000)
+    assert len(CodeMap.from_mappings(large).starts) == 12_000
+    ratio = growth(CodeMap.from_mappings, small, large, repeat=3)
+    assert ratio < 150, f"{ratio:.0f} times longer for 20 times the mappings"

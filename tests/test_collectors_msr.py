@@ -55,6 +55,15 @@ def test_voltage_decodes_bits_47_32():
     assert registers.voltage_volts((0xFFFF << 48) | (9830 << 32)) == pytest.approx(9830 / 8192)
 
 
+def test_made_up_perf_status_holds_the_voltage_in_bits_47_32_and_keeps_the_low_bits():
+    """perf_status_of, which synthetic samples are made with, by the register's layout."""
+    volts = np.array([1.0, 0.9623, 1.2])
+    got = registers.perf_status_of(volts, low_bits=0x1E00)
+    assert got.tolist() == [(8192 << 32) | 0x1E00, (7883 << 32) | 0x1E00, (9830 << 32) | 0x1E00]
+    assert registers.voltage_volts(got).tolist() == [1.0, 7883 / 8192, 9830 / 8192]
+    assert registers.perf_status_of([1.0]).tolist() == [8192 << 32]     # no low bits set
+
+
 def test_reads_values_written_at_their_addresses(msrdir):
     for cpu in (0, 1):
         write_msrs(msrdir / f"cpu{cpu}" / "msr",

@@ -78,8 +78,9 @@ def test_deltas_follow_counters_written_while_sampling(tmp_path):
         # A tick preempted between its timestamp and its reads sees a newer
         # value; on a busy 2-vCPU host that happens, but only now and then.
         assert np.mean(lag < -1_000_000) < 0.02 and np.median(np.abs(lag)) < 2_000_000
-        d_tsc = np.diff(tsc)
-        assert abs(np.median(d_tsc) - 1_000_000) < 300_000
+        # The counters advance by what the clock did between the same ticks.
+        d_tsc, d_t = np.diff(tsc), np.diff(t)
+        assert np.median(np.abs(d_tsc - d_t)) < 0.3 * np.median(d_t)
         ratio = (aperf[-1] - aperf[0]) / (tsc[-1] - tsc[0])
         assert ratio == pytest.approx(cpu + 2, rel=0.01)
 

@@ -47,8 +47,10 @@ def test_compiled_ticks_read_what_the_python_loop_reads(tmp_path, library):
     for name in ("cpu",) + columns:
         assert fast[name].tolist() == slow[name].tolist(), name
     assert fast["tsc"].tolist() == [1000, 1001] * 150
+    # 1 kHz deadlines: never sooner than a period apart (load only delays a
+    # tick); the precision is benchmarks/bench_ticks.py's.
     gaps = np.diff(fast["t_ns"][::2])
-    assert np.median(gaps) == pytest.approx(1_000_000, rel=0.2)     # 1 kHz deadlines
+    assert np.median(gaps) >= 0.95 * 1_000_000
 
 
 def test_compiled_ticks_read_decimal_counters_and_count_what_fails(tmp_path, library):

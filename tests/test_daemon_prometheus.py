@@ -15,6 +15,8 @@ import pytest
 
 from daemonutil import Daemon, free_port, write_trace
 
+from phasewatch.formats import synthetic
+
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 INTERVALS = 200     # the synthetic schedule's intervals, per CPU
 
@@ -89,6 +91,12 @@ def test_prometheus_scrapes_the_daemon_replaying_a_trace(prometheus_bin, tmp_pat
             assert shares == {"cpu0": INTERVALS, "cpu1": INTERVALS}
             changes = by_target(query(prom_port, "phasewatch_phase_changes_total"))
             assert all(4 <= v <= 12 for v in changes.values()), changes
+            # The schedule ends in its fourth phase to appear (compute-b), and
+            # phases are numbered in the order they first appear.
+            last = synthetic.SCHEDULE[-1][0]
+            first_seen = list(dict.fromkeys(name for name, _ in synthetic.SCHEDULE))
+            assert by_target(query(prom_port, "phasewatch_phase")) == \
+                {"cpu0": first_seen.index(last), "cpu1": first_seen.index(last)}
 
             # Per-CPU signals over the run: the model runs at 3 GHz base,
             # voltages within the thesis's 962-1080 mV.

@@ -1,6 +1,9 @@
 """The decoder: units from raw counters, and counters that misbehave."""
 
+from fractions import Fraction
+
 import numpy as np
+import pytest
 from hypothesis import given, strategies as st
 
 from phasewatch.core import reference
@@ -34,6 +37,43 @@ def test_known_values():
     assert out[F["d_instructions"], 1] == 3_000_000
 
 
+def test_residency_needs_the_tsc_alone_and_a_clock_that_moved():
+    """C-state shares are taken where the TSC is decoded (whatever else is
+    not), and read NaN without it; C1 is NaN where the TSC did not move or
+    MPERF is missing, and the counts beside them are still decoded."""
+    cols = dict(mperf=[0, 1_000, 2_000, M, 4_000], tsc=[0, 4_000, 4_000, 8_000, 12_000],
+                instructions=[0, 10, 20, 30, 40], cycles=[0, 20, 40, 60, 80])
+    no_pperf = DecoderState(counters=tuple(c for c in COUNTERS if c != "pperf"))
+    out = decode(batch(**cols), no_pperf, 1000.0)
+    assert out[F["c0"], 1] == 0.25 and out[F["c1"], 1] == 0.75
+    assert np.isnan(out[F["c1"], 2])                # the TSC did not move
+    assert np.isnan(out[F["c1"], 3])                # MPERF missing
+    no_tsc = DecoderState(counters=tuple(c for c in COUNTERS if c != "tsc"))
+    out = decode(batch(**cols), no_tsc, 1000.0)
+    assert np.isnan(out[F["c0"]:]).all()
+    assert out[F["d_cycles"]].tolist() == [0, 20, 20, 20, 20]
+    no_instructions = DecoderState(counters=tuple(c for c in COUNTERS if c != "instructions"))
+    assert decode(batch(**cols), no_instructions, 1000.0)[F["c0"], 1] == 0.25
+
+
+def test_values_at_the_plausible_bounds_are_kept():
+    """500 mV (4096/8192 V) and 10 GHz exactly are plausible; beyond is not."""
+    out = decode(batch(perf_status=[4096 << 32, 4095 << 32, 0, 0],
+                       aperf=[0, 10_000, 20_001, 30_001], mperf=[0, 3_000, 6_000, 9_000]),
+                 DecoderState(), 3000.0)
+    assert out[F["voltage_mv"], 0] == 500.0 and np.isnan(out[F["voltage_mv"], 1])
+    assert out[F["freq_mhz"], 1] == 10_000.0 and np.isnan(out[F["freq_mhz"], 2])
+
+
+def test_a_step_back_is_counted_where_a_batch_has_several_cpus():
+    b = batch(cpu=np.array([0, 1, 0, 1, 0]), instructions=[100, 5, 50, 10, 150],
+              cycles=[0, 0, 10, 10, 20])
+    state = DecoderState()
+    out = decode(b, state, 1000.0)
+    assert list(out[F["d_instructions"]]) == [0, 0, 0, 5, 100]
+    assert state.dropped() == {"instructions": 1}
+
+
 def test_c1_never_negative():
     b = batch(mperf=[0, 10], tsc=[0, 10], c3=[0, 5], c6=[0, 5], c7=[0, 5])
     out = decode(b, DecoderState(), 1000.0)
@@ -65,6 +105,26 @@ def test_deltas_are_per_cpu_and_carry_across_batches():
     decode(first, state, 1000.0)
     out = decode(second, state, 1000.0)
     assert list(out[F["d_instructions"]]) == [500, 60]
+
+
+def test_one_cpus_counter_carries_its_last_value_into_the_next_batch():
+    """A batch of one CPU's rows (the vectorised path): the next batch's first
+    delta is taken from this batch's last value, and a step back there is
+    dropped and counted."""
+    state = DecoderState()
+    decode(batch(instructions=[100, 200, 300], cycles=[0, 10, 20]), state, 1000.0)
+    out = decode(batch(instructions=[250, 400, 460], cycles=[30, 40, 50]), state, 1000.0)
+    assert list(out[F["d_instructions"]]) == [0, 150, 60]
+    assert state.dropped() == {"instructions": 1}
+    out = decode(batch(instructions=[470], cycles=[60]), state, 1000.0)
+    assert list(out[F["d_instructions"]]) == [10]
+
+
+@pytest.mark.parametrize("cpus,named", [([0, 8192], 8192), ([-1, 3], -1), ([-5, 9000], -5)])
+def test_a_cpu_id_beyond_the_range_is_refused_naming_it(cpus, named):
+    b = batch(cpu=np.array(cpus), instructions=[0, 1])
+    with pytest.raises(ValueError, match=rf"CPU id {named} outside \(0, 8191\)"):
+        decode(b, DecoderState(), 1000.0)
 
 
 def test_no_delta_is_left_over_from_the_previous_batch():
@@ -101,6 +161,17 @@ def test_thread_counters_take_deltas_per_thread():
 def test_voltage_zero_or_missing_is_unknown():
     out = decode(batch(perf_status=[0, M]), DecoderState(), 1000.0)
     assert np.isnan(out[F["voltage_mv"]]).all()
+
+
+def test_voltages_between_steps_of_1_8192_volt_keep_their_fraction():
+    """IA32_PERF_STATUS bits 47:32 count 1/8192 V: 7883 is 962.28… mV, not
+    962; bits outside the field are ignored."""
+    raws = [4097, 7883, 8001, 8193, 8847, 13105]
+    status = [raw << 32 | 0x1E00 | (1 << 50) * (k % 2) for k, raw in enumerate(raws)]
+    out = decode(batch(perf_status=status), DecoderState(), 3000.0)
+    want = [float(Fraction(raw * 1000, 8192)) for raw in raws]
+    assert out[F["voltage_mv"]].tolist() == want
+    assert want[1] == 962.280273437500 and want[1] != int(want[1])
 
 
 counter = st.lists(st.integers(0, 2**40), min_size=1, max_size=60)

@@ -122,7 +122,8 @@ META_PATHS = [("base_freq_mhz",), ("signals",), ("interval",), ("interval", "kin
               ("histograms", "ip_bins"), ("histograms", "ip_fold_groups"),
               ("histograms", "pfreq_mhz"), ("histograms", "text_range"), ("text_range",),
               ("cpu",), ("cpu", "model_key"), ("counter_scope",), ("mappings",),
-              ("format",), ("format_version",), ("newer_key",)]
+              ("format",), ("format_version",), ("newer_key",), ("sampling",),
+              ("sampling", "sample_rate_hz"), ("sampling", "realtime_offset_ns")]
 
 
 def valid_meta(signals) -> dict:
@@ -195,6 +196,7 @@ def test_metadata_validator(data, fuzz_count):
     # What the schema accepts, the pipeline must be able to run on.
     params = Params(interval=interval_params_of(checked), histograms=histogram_params_of(checked),
                     detector=DetectorParams())
+    assert md.Sampling.of(checked.get("sampling")).period_ns >= 1000
     base = checked.get("base_freq_mhz")
     assert base is None or (math.isfinite(base) and base > 0)
     Pipeline.for_trace(checked, params).finish()

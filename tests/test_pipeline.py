@@ -5,7 +5,9 @@ import pytest
 
 from phasewatch.core import reference
 from phasewatch.core.classify import MATCHED
-from phasewatch.core.batch import concat
+from phasewatch.core.batch import SampleBatch, concat
+from phasewatch.core.driver import Driver, Streams
+from phasewatch.core.source import Sink
 from phasewatch.core.params import DetectorParams, IntervalParams, Params, histogram_params_of
 from phasewatch.core.pipeline import Intervals, Pipeline
 from phasewatch.formats import synthetic
@@ -109,3 +111,75 @@ def test_adaptive_threshold_separates_phases_the_fixed_one_merges():
     # each change is confirmed one interval after it is seen
     assert adjusted_rand_index(truth, adaptive.phase) > 0.9
     assert pipe.threshold < 0.25
+
+
+def test_streams_give_each_cpu_its_own_pipeline_and_phase_history():
+    """A batch of two CPUs' rows, interleaved in time, through Streams: each
+    CPU's intervals are those of a pipeline fed that CPU's rows alone, each
+    with the phase before it (-1 before the first), and the changes where
+    they differ; the trailing partial interval follows its stream's last phase."""
+    cols = {}
+    # cpu1 ends in one interval of a phase it has not had: held for a
+    # decision until the source ends (the next interval is cut short).
+    for cpu, schedule in ((0, synthetic.SCHEDULE), (1, (("compute-a", 20), ("memory", 2)))):
+        rows = concat(list(synthetic.generate(schedule, seed=cpu + 1)))
+        rows = rows.slice(0, len(rows) - 5)         # a trailing partial interval
+        cols[cpu] = SampleBatch({**rows.columns, "cpu": np.full(len(rows), cpu, rows["cpu"].dtype)})
+    few = cols[0].slice(0, 10)                      # less than an interval: a tail alone
+    cols[2] = SampleBatch({**few.columns, "cpu": np.full(10, 2, few["cpu"].dtype)})
+    both = concat([cols[0], cols[1], cols[2]])
+    both = SampleBatch({n: c[np.argsort(both["t_ns"], kind="stable")] for n, c in both.columns.items()})
+    rows_seen = {}
+    streams = Streams(lambda name: Pipeline(params(), synthetic.BASE_MHZ), name=None,
+                      on_rows=lambda name, n: rows_seen.update({name: rows_seen.get(name, 0) + n}))
+    sink = Kept()
+    driver = Driver(streams, [sink])
+    driver.run(both.slice(start, start + 5000) for start in range(0, len(both), 5000))
+    driver.flush()
+    assert sink.ends == 1 and sink.rows == len(both)
+    assert rows_seen == {f"cpu{cpu}": len(rows) for cpu, rows in cols.items()}
+    driver.finish()
+    got, tails = {}, {}
+    for c in sink.classified_intervals:
+        if c.intervals.partial:
+            tails[c.stream] = c
+        else:
+            got.setdefault(c.stream, []).append(c)
+    assert sorted(got) == ["cpu0", "cpu1"] and sorted(tails) == ["cpu0", "cpu1", "cpu2"]
+    assert tails["cpu2"].previous.tolist() == [-1]
+    for cpu in (0, 1):
+        fed, pipe = run(cols[cpu], params())
+        alone = Intervals.join([fed, pipe.flush()])
+        parts = got[f"cpu{cpu}"]
+        phases = np.concatenate([c.intervals.phase for c in parts])
+        assert phases.tolist() == alone.phase.tolist()
+        previous = np.concatenate([c.previous for c in parts])
+        assert previous.tolist() == [-1] + phases[:-1].tolist()
+        changes = np.concatenate([c.changes + sum(len(p.intervals) for p in parts[:k])
+                                  for k, c in enumerate(parts)])
+        assert changes.tolist() == [i for i in range(len(phases)) if i == 0 or phases[i] != phases[i - 1]]
+        assert tails[f"cpu{cpu}"].previous.tolist() == [phases[-1]] * len(tails[f"cpu{cpu}"].intervals)
+    assert driver.close() == [] and sink.closed == [True]
+    one_row = cols[0].slice(0, 1)
+    assert streams.feed(one_row) == [] and rows_seen["cpu0"] == len(cols[0]) + 1
+    streams.forget(["cpu1"])
+    assert sorted(streams.pipelines) == ["cpu0", "cpu2"] and "cpu1" not in streams.last_phase
+
+
+class Kept(Sink):
+    """A sink that keeps what it is handed."""
+
+    def __init__(self):
+        self.classified_intervals, self.ends, self.rows, self.closed = [], 0, 0, []
+
+    def close(self, complete: bool = True) -> None:
+        self.closed.append(complete)
+
+    def batch(self, batch) -> None:
+        self.rows += len(batch)
+
+    def classified(self, c) -> None:
+        self.classified_intervals.append(c)
+
+    def ended(self) -> None:
+        self.ends += 1

@@ -4,11 +4,14 @@ generated message module checked against its .proto."""
 
 from __future__ import annotations
 
+import collections
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.feather
 import pytest
 from test_run import TIMEOUT, interval_regions, phasewatch, region_addresses, results, stretches
 
@@ -88,6 +91,29 @@ def test_every_sample_carries_phase_interval_thread_and_cpu_labels(profiled):
         labels = {strings[lab.key]: strings[lab.str] for lab in sample.label}
         by_interval.setdefault(int(labels["interval"]), set()).add(int(labels["phase"]))
     assert by_interval == {iv["index"]: {iv["phase"]} for iv in live}
+
+
+def go_trace_labels(path) -> collections.Counter:
+    """Samples per (thread, cpu) label values, as ``go tool pprof -traces``
+    reads them (one block of labels and a CPU time per stack)."""
+    found = collections.Counter()
+    blocks = go_pprof("-traces", path).split("-----------+")[1:]
+    for block in (b for b in blocks if b.strip("-\n")):
+        labels = dict(re.findall(r"^\s*(\w+):\s+(\S+)\s*$", block, re.M))
+        found[int(labels["thread"]), int(labels["cpu"])] += 1
+    return found
+
+
+@pytest.mark.slow
+def test_thread_and_cpu_labels_are_the_samples_own_tid_and_cpu(profiled):
+    """Each stack's labels name a (tid, cpu) the trace sampled at least as
+    often, and the trace's main thread is among them."""
+    d, _ = profiled
+    trace = pyarrow.feather.read_table(d / "t.arrow", columns=["tid", "cpu"])
+    sampled = collections.Counter(zip(trace["tid"].to_pylist(), trace["cpu"].to_pylist()))
+    labelled = go_trace_labels(d / "abab.pb.gz")
+    assert labelled and all(n <= sampled[pair] for pair, n in labelled.items()), (labelled, sampled)
+    assert max(sampled, key=sampled.get)[0] in {tid for tid, _ in labelled}
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """The results writer: byte for byte what one ``json.dumps`` per interval writes."""
 
+import csv
 import io
 import json
 import math
@@ -81,13 +82,6 @@ def test_partial_and_empty_intervals_write_nothing():
     assert written(intervals([], rng), binary=True) == ""
 
 
-def test_counts_beyond_int64_are_written_as_json_dumps_does():
-    rng = np.random.default_rng(4)
-    iv = intervals([0.5, math.nan], rng)
-    iv.instructions = np.array([2**64 - 1, 2**63], np.uint64)
-    assert written(iv, binary=True) == dumps_per_interval(iv)
-
-
 def csv_as_it_was(iv: Intervals) -> str:
     """The CSV writer as it was: each JSON line parsed back, a cell per value."""
     def cell(value) -> str:
@@ -104,3 +98,55 @@ def test_csv_rows_hold_the_values_of_the_json_lines(distances):
     stream = io.StringIO()
     ResultsSink(stream, csv=True).write(iv)
     assert stream.getvalue() == ",".join(JSON_KEYS) + "\n" + csv_as_it_was(iv)
+
+
+# --- read back, against the intervals themselves ----------------------------------
+
+def expected_rows(iv: Intervals) -> list[dict]:
+    """What each line must hold, from the interval columns directly: exact
+    integers, the distance to 6 decimals (None where there is none), the flags."""
+    rows = []
+    for k in range(len(iv)):
+        d = float(iv.distance[k])
+        rows.append({"index": int(iv.index[k]), "t_start_ns": int(iv.t_start_ns[k]),
+                     "t_end_ns": int(iv.t_end_ns[k]), "instructions": int(iv.instructions[k]),
+                     "cycles": int(iv.cycles[k]), "samples": int(iv.samples[k]),
+                     "distance": None if d != d else round(d, 6), "phase": int(iv.phase[k]),
+                     "new_phase": bool(iv.new_phase[k]), "tentative": int(iv.statuses[k]) == 2,
+                     "no_data": int(iv.statuses[k]) == 1})
+    return rows
+
+
+def test_counts_beyond_int64_are_read_back_exactly():
+    rng = np.random.default_rng(4)
+    iv = intervals([0.5, math.nan], rng)
+    iv.instructions = np.array([2**64 - 1, 2**63], np.uint64)
+    iv.cycles = np.array([2**63 + 12345, 0], np.uint64)
+    lines = [json.loads(line) for line in written(iv, binary=True).splitlines()]
+    assert [(r["instructions"], r["cycles"]) for r in lines] == [(2**64 - 1, 2**63 + 12345),
+                                                                 (2**63, 0)]
+    assert lines == expected_rows(iv)
+
+
+def test_json_lines_hold_every_interval_value():
+    rng = np.random.default_rng(5)
+    iv = intervals(EDGES[:-4] + [0.1234565, 0.75, math.nan], rng)
+    assert [json.loads(line) for line in written(iv, binary=False).splitlines()] == expected_rows(iv)
+
+
+def test_csv_cells_hold_times_counts_distances_and_flags():
+    rng = np.random.default_rng(6)
+    iv = intervals([0.0, 0.5, 1 / 3, math.nan, 0.9999995, 1234.5], rng)
+    iv.instructions = np.array([2**64 - 1, 0, 1, 2**40, 7, 2**63], np.uint64)
+    stream = io.StringIO()
+    ResultsSink(stream, csv=True).write(iv)
+    header, *rows = list(csv.reader(io.StringIO(stream.getvalue())))
+    assert tuple(header) == JSON_KEYS
+    flag = {"true": True, "false": False}
+    for cells, want in zip(rows, expected_rows(iv), strict=True):
+        got = dict(zip(header, cells))
+        for key in ("index", "t_start_ns", "t_end_ns", "instructions", "cycles", "samples", "phase"):
+            assert int(got[key]) == want[key], key
+        assert (None if got["distance"] == "" else float(got["distance"])) == want["distance"]
+        for key in ("new_phase", "tentative", "no_data"):
+            assert flag[got[key]] == want[key], key

@@ -239,6 +239,56 @@ def test_newer_metadata_with_unknown_keys_and_mappings_is_read(tmp_path):
     reader.close()
 
 
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory) -> Path:
+    """A real recording of a real command, with its ``sampling`` metadata."""
+    path = tmp_path_factory.mktemp("recording") / "r.arrow"
+    got, _, err = call("run", "-q", "--record", path, "--", sys.executable, "-c",
+                       "sum(i * i for i in range(2_000_000))")
+    assert got == 0, err
+    return path
+
+
+def with_sampling(recording: Path, folder: Path, key: str, value) -> Path:
+    """A copy of ``recording`` (and its side table) whose ``sampling.KEY`` is ``value``."""
+    table = pa.ipc.open_file(str(recording)).read_all()
+    meta = json.loads(table.schema.metadata[META_KEY])
+    assert key in meta["sampling"], meta["sampling"]
+    meta["sampling"][key] = value
+    out = folder / f"{key}.arrow"
+    table = table.replace_schema_metadata({META_KEY: json.dumps(meta)})
+    with pa.OSFile(str(out), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    shutil.copy(f"{recording}.mappings.jsonl", f"{out}.mappings.jsonl")
+    return out
+
+
+@pytest.mark.parametrize("key,value,allowed", [
+    ("sample_rate_hz", 1e-300, "[0.001, 1e+06]"), ("sample_rate_hz", 1e300, "[0.001, 1e+06]"),
+    ("sample_rate_hz", 0, "[0.001, 1e+06]"), ("sample_rate_hz", "1000", "[0.001, 1e+06]"),
+    ("realtime_offset_ns", "soon", f"[0, {2**62}]"),
+    ("realtime_offset_ns", -1, f"[0, {2**62}]"),
+    ("realtime_offset_ns", 2**63 - 1, f"[0, {2**62}]"),
+    ("sample_period", 0, f"[1, {2**63 - 1}]")])
+@pytest.mark.parametrize("command", [["diff", "{good}", "{bad}"], ["replay", "{bad}", "--pprof", "{out}"]])
+def test_bad_sampling_metadata_is_one_line_naming_field_file_and_range(
+        recording, tmp_path, key, value, allowed, command):
+    bad = with_sampling(recording, tmp_path, key, value)
+    out = tmp_path / "p.pb"
+    argv = [a.format(good=recording, bad=bad, out=out) for a in command]
+    err = refused(*argv, inputs=[recording, bad], match=f"{bad}: trace field 'sampling.{key}'")
+    assert f"(allowed: {allowed})" in err, err
+    assert not out.exists()
+
+
+def test_a_recordings_own_sampling_metadata_is_read_typed(recording):
+    reader = TraceReader(str(recording))
+    sampling = md.Sampling.of(reader.metadata["sampling"])
+    reader.close()
+    assert sampling.period_ns == 1_000_000 and sampling.sample_rate_hz == 1000
+    assert 0 < sampling.realtime_offset_ns <= time.time_ns()
+
+
 # --- options ------------------------------------------------------------------
 
 @pytest.mark.parametrize("option,value", [

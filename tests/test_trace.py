@@ -119,3 +119,43 @@ def test_unknown_arrow_file_is_rejected(tmp_path):
     feather.write_feather(pa.table({"x": [1, 2]}), str(path))
     with pytest.raises(UserError, match="not a phasewatch trace"):
         TraceReader(str(path))
+
+
+def test_the_first_bad_id_is_the_earliest_row_of_either_column():
+    from phasewatch.core.batch import BatchError, SampleBatch, concat, first_bad_id
+    ok = {"t_ns": np.arange(4, dtype=np.int64), "cpu": np.array([0, 1, 8191, 3], np.int32),
+          "tid": np.array([1, 4_194_304, 2, 0], np.int32)}
+    assert first_bad_id(SampleBatch(ok)) is None
+    tid_first = {**ok, "cpu": np.array([0, 1, 2, 8192], np.int32), "tid": np.array([1, -1, 2, 3], np.int32)}
+    assert first_bad_id(SampleBatch(tid_first)) == (1, "tid", -1)
+    cpu_first = {**ok, "cpu": np.array([0, -2, 2, 3], np.int32), "tid": np.array([1, 2, 4_194_305, 3], np.int32)}
+    assert first_bad_id(SampleBatch(cpu_first)) == (1, "cpu", -2)
+    only_tid = {**ok, "tid": np.array([4_194_304, -1, -2, 3], np.int32)}      # every CPU fine
+    assert first_bad_id(SampleBatch(only_tid)) == (1, "tid", -1)
+    same_row = {**ok, "cpu": np.array([0, 9000, 2, 3], np.int32), "tid": np.array([1, -1, 2, 3], np.int32)}
+    assert first_bad_id(SampleBatch(same_row)) == (1, "cpu", 9000)
+    later_cpu = {**ok, "cpu": np.array([0, 1, -1, 3], np.int32), "tid": np.array([1, -3, 2, 3], np.int32)}
+    assert first_bad_id(SampleBatch(later_cpu)) == (1, "tid", -3)
+    one = {"t_ns": np.zeros(1, np.int64), "cpu": np.array([9000], np.int32)}
+    assert first_bad_id(SampleBatch(one)) == (0, "cpu", 9000)
+    assert first_bad_id(SampleBatch.empty()) is None
+    joined = concat([SampleBatch(ok), SampleBatch(ok), SampleBatch(ok)])
+    assert len(joined) == 12 and joined["tid"].tolist() == ok["tid"].tolist() * 3
+    for odd in (2, 1):
+        parts = [SampleBatch(ok)] * 3
+        parts[odd] = SampleBatch(one)
+        with pytest.raises(BatchError, match="cannot join"):
+            concat(parts)
+
+
+def test_a_batch_is_columns_of_one_length_and_names_what_is_wrong():
+    from phasewatch.core.batch import BatchError, SampleBatch, id_problem
+    t = np.arange(3, dtype=np.int64)
+    with pytest.raises(BatchError, match="column 'cpu' has shape \\(2,\\), expected \\(3,\\)"):
+        SampleBatch({"t_ns": t, "cpu": np.zeros(2, np.int32)})
+    with pytest.raises(BatchError, match="column 'ip' has shape \\(3, 1\\)"):
+        SampleBatch({"t_ns": t, "cpu": np.zeros(3, np.int32), "ip": np.zeros((3, 1), np.uint64)})
+    empty = SampleBatch.empty(("ip",))
+    assert len(empty) == 0 and set(empty.signals) == {"t_ns", "cpu", "ip"}
+    assert id_problem("cpu", 9000) == "column 'cpu': 9000 is not a CPU id (0..8191)"
+    assert id_problem("tid", -1) == "column 'tid': -1 is not a thread id (0..4194304)"

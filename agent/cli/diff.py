@@ -33,11 +33,20 @@ def run(args) -> int:
     a, b = run_phases(args.a, given, warn), run_phases(args.b, given, warn)
     result = diff_runs(a, b, threshold=args.threshold, tolerance=args.tolerance,
                        min_share=args.min_share)
+    warn_unpaired(result)
     if args.json:
         print(json.dumps(finite(result), indent=2))
     else:
         print_table(result)
     return 0
+
+
+def warn_unpaired(result: dict) -> None:
+    for side in ("a", "b"):
+        if result[f"unpaired_{side}"]:
+            warn(f"{result[side]} has more than {result['paired_limit']} phases: the "
+                 f"{result['paired_limit']} largest are paired, the other "
+                 f"{result[f'unpaired_{side}']} are listed as unpaired")
 
 
 def print_table(result: dict) -> None:

@@ -14,6 +14,7 @@ import time
 from typing import Annotated, Any, Literal
 
 import msgspec
+import msgspec.inspect
 from msgspec import Meta, Struct, field
 
 from .. import __version__
@@ -32,6 +33,13 @@ FORMAT_VERSION = 1
 MAX_BASE_MHZ = MAX_PLAUSIBLE_MHZ
 MAX_BINS = 4096
 U64_MAX = 2**64 - 1
+#: Sampling rates a trace may record: from one sample in 1000 s to 1 MHz.
+MIN_SAMPLE_RATE_HZ, MAX_SAMPLE_RATE_HZ = 0.001, 1_000_000.0
+#: CLOCK_REALTIME minus CLOCK_MONOTONIC: from the epoch to 2**62 ns after it
+#: (year 2116), so that adding a sample's time stays within 64 bits.
+MAX_REALTIME_OFFSET_NS = 2**62
+#: Nanoseconds one sample stands for where the trace records no rate (1 kHz).
+DEFAULT_PERIOD_NS = 1_000_000
 
 def bounded(limit: Limit, unit: str = "") -> Meta:
     """The msgspec constraint of a setting's range, its advice as description."""
@@ -100,6 +108,32 @@ class DetectionSchema(_Schema):
     cpi_tolerance: Annotated[float, bounded(LIMITS["cpi_tolerance"])] = DEFAULT_CPI_TOLERANCE
 
 
+class Sampling(_Schema, frozen=True):
+    """How the samples were taken (the ``sampling`` field): the collector's
+    own description, with the numbers a replay computes with bounded."""
+
+    source: str = ""
+    sample_event: str = ""
+    sample_rate_hz: Annotated[float, Meta(ge=MIN_SAMPLE_RATE_HZ, le=MAX_SAMPLE_RATE_HZ)] | None = None
+    sample_period: Annotated[int, Meta(ge=1, le=2**63 - 1)] | None = None
+    realtime_offset_ns: Annotated[int, Meta(ge=0, le=MAX_REALTIME_OFFSET_NS)] | None = None
+    counter_scope: Literal["cpu", "thread"] = "cpu"
+    clock: str = ""
+
+    @classmethod
+    def of(cls, sampling: dict[str, Any] | None) -> Sampling:
+        """The typed view of a ``sampling`` dict (one :func:`validate` has
+        checked, or a live collector's own)."""
+        return msgspec.convert(sampling or {}, cls, strict=True)
+
+    @property
+    def period_ns(self) -> int:
+        """Nanoseconds of CPU time one sample stands for."""
+        if self.sample_rate_hz is None:
+            return DEFAULT_PERIOD_NS
+        return int(round(1e9 / self.sample_rate_hz))
+
+
 class TraceSchema(_Schema):
     format: Literal["phasewatch-trace"] = FORMAT
     format_version: Annotated[int, Meta(ge=1)] = FORMAT_VERSION
@@ -118,7 +152,7 @@ class TraceSchema(_Schema):
     mappings: list[MappingSchema] | None = None
     command: list[str] | None = None
     pinned_cpu: Annotated[int, Meta(ge=0)] | None = None
-    sampling: dict[str, Any] | None = None
+    sampling: Sampling | None = None
     source_file: str | None = None
 
 
@@ -131,7 +165,9 @@ def validate(meta: Any, columns, where: str) -> dict[str, Any]:
     except msgspec.ValidationError as exc:
         field_path, message = _where(str(exc))
         name = f"field {field_path!r}" if field_path else "metadata"
-        raise UserError(f"{where}: trace {name}: {message}") from None
+        allowed = allowed_range(TraceSchema, field_path)
+        raise UserError(f"{where}: trace {name}: {message}"
+                        + (f" (allowed: {allowed})" if allowed else "")) from None
     problem = _inconsistency(checked)
     if problem:
         raise UserError(f"{where}: trace field {problem[0]!r}: {problem[1]}")
@@ -148,6 +184,45 @@ def _where(error: str) -> tuple[str, str]:
     if not message:
         return "", error
     return re.sub(r"\[(\d+)\]", r".\1", path.rstrip("`")).lstrip("$."), message
+
+
+def allowed_range(schema: type, field_path: str) -> str | None:
+    """The bounds of the number at ``field_path`` (``a.0.b``) of ``schema``,
+    as ``[low, high]``, or None where it is not a bounded number."""
+    kind = msgspec.inspect.type_info(schema)
+    for part in field_path.split(".") if field_path else ():
+        kind = _inner(kind, part)
+        if kind is None:
+            return None
+    for number in _alternatives(kind):
+        if isinstance(number, (msgspec.inspect.IntType, msgspec.inspect.FloatType)):
+            low = "(" if number.gt is not None else "["
+            high = ")" if number.lt is not None else "]"
+            lo = number.gt if number.gt is not None else number.ge
+            hi = number.lt if number.lt is not None else number.le
+            if lo is not None or hi is not None:
+                return f"{low}{_number(lo, '-inf')}, {_number(hi, 'inf')}{high}"
+    return None
+
+
+def _number(bound: float | None, unbounded: str) -> str:
+    return unbounded if bound is None else f"{bound:g}" if isinstance(bound, float) else str(bound)
+
+
+def _alternatives(kind) -> tuple:
+    return kind.types if isinstance(kind, msgspec.inspect.UnionType) else (kind,)
+
+
+def _inner(kind, part: str):
+    """The type of field or item ``part`` inside ``kind``, or None."""
+    for alternative in _alternatives(kind):
+        if isinstance(alternative, msgspec.inspect.StructType):
+            for f in alternative.fields:
+                if f.encode_name == part:
+                    return f.type
+        elif isinstance(alternative, msgspec.inspect.ListType) and part.isdigit():
+            return alternative.item_type
+    return None
 
 
 def _inconsistency(t: TraceSchema) -> tuple[str, str] | None:

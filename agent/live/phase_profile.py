@@ -29,6 +29,7 @@ from ..core.batch import KERNEL_START, SampleBatch
 from ..core.pipeline import Intervals
 from ..core.source import Sink
 from ..errors import UserError
+from ..formats import metadata as md
 from ..formats.pprof import ProfileBuilder, ProfileMapping, write_profile
 from .symbolizer import KERNEL, Symbolizer
 
@@ -191,10 +192,7 @@ def _profile_mapping(symbolizer: Symbolizer, m) -> ProfileMapping:
 def period_ns_of(sampling: dict | None) -> int:
     """Nanoseconds of CPU time one sample stands for, from the recorded
     sampling rate (1 ms where none was recorded)."""
-    rate = (sampling or {}).get("sample_rate_hz")
-    if isinstance(rate, (int, float)) and rate > 0:
-        return int(round(1e9 / rate))
-    return 1_000_000
+    return md.Sampling.of(sampling).period_ns
 
 
 def realtime_offset_ns() -> int:

@@ -24,8 +24,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..core.histograms import (TOTAL_VARIATION, cumulative_distance_reference,
-                               total_variation_distance_reference)
+from ..core.histograms import TOTAL_VARIATION
 from ..core.driver import Driver
 from ..core.intervals import SEGMENT_KINDS
 from ..core.settings import DetectionSettings, pipeline_for
@@ -42,6 +41,10 @@ TOLERANCE = 0.10
 MIN_SHARE = 0.05
 #: Functions listed per pair, those whose share moved most.
 TOP_FUNCTIONS = 5
+#: Phases of each run that are paired, the largest (by samples): the
+#: distances of every phase to every other take MAX² entries (32 MB), and
+#: the assignment half a second at 2,000 (benchmarks/bench_diff.py).
+MAX_PAIRED_PHASES = 2000
 ALL_FUNCTIONS = 1 << 30
 
 
@@ -170,30 +173,70 @@ def run_phases(trace: str, given: Mapping[str, Any], warn) -> RunPhases:
 def phase_distance(a: PhaseStats, b: PhaseStats, bounds: np.ndarray, used: np.ndarray) -> float:
     """The largest segment distance between two phases' mean profiles; 1 if
     they share no used segment."""
-    pa, pb = a.mean_profile(bounds), b.mean_profile(bounds)
-    distances = []
+    return float(distance_matrix([a], [b], bounds, used)[0, 0])
+
+
+def distance_matrix(a: list[PhaseStats], b: list[PhaseStats], bounds: np.ndarray,
+                    used: np.ndarray) -> np.ndarray:
+    """:func:`phase_distance` of every phase of ``a`` (rows) to every phase of
+    ``b`` (columns), each mean profile taken once and each segment's
+    distances as one L1 distance matrix: total variation is half the L1
+    distance of the histograms, the cumulative distance the L1 distance of
+    their running sums over one less than the bins."""
+    from scipy.spatial.distance import cdist
+    profile_a = np.array([p.mean_profile(bounds) for p in a]).reshape(len(a), -1)
+    profile_b = np.array([p.mean_profile(bounds) for p in b]).reshape(len(b), -1)
+    largest = np.full((len(a), len(b)), -np.inf)
     for s, kind in enumerate(SEGMENT_KINDS):
-        if used[s] and a.segment_members[s] > 0 and b.segment_members[s] > 0:
-            lo, hi = bounds[s], bounds[s + 1]
-            measure = (total_variation_distance_reference if kind == TOTAL_VARIATION
-                       else cumulative_distance_reference)
-            distances.append(measure(pa[lo:hi], pb[lo:hi]))
-    return max(distances) if distances else 1.0
+        if not used[s]:
+            continue
+        xa, xb = profile_a[:, bounds[s]:bounds[s + 1]], profile_b[:, bounds[s]:bounds[s + 1]]
+        bins = xa.shape[1]
+        if kind == TOTAL_VARIATION and bins:
+            distance = 0.5 * cdist(xa, xb, "cityblock")
+        elif bins > 1:
+            distance = cdist(np.cumsum(xa, axis=1), np.cumsum(xb, axis=1), "cityblock") / (bins - 1)
+        else:
+            distance = np.zeros_like(largest)
+        shared = np.outer([p.segment_members[s] > 0 for p in a], [p.segment_members[s] > 0 for p in b])
+        np.maximum(largest, np.where(shared, distance, -np.inf), out=largest)
+    largest[np.isneginf(largest)] = 1.0
+    return largest
 
 
-def pair_phases(a: RunPhases, b: RunPhases, threshold: float) -> list[tuple[int | None, int | None, float]]:
-    """(phase of A or None, phase of B or None, distance) for every phase of both runs."""
+def pair_phases(a: RunPhases, b: RunPhases, threshold: float,
+                limit: int = MAX_PAIRED_PHASES) -> list[tuple[int | None, int | None, float]]:
+    """(phase of A or None, phase of B or None, distance) for every phase of
+    both runs, paired by the least sum of distances: the ``limit`` largest
+    phases of each run (by samples).  The smaller phases beyond them
+    (:func:`unpaired_phases`) come last, as (phase, None, nan) or
+    (None, phase, nan)."""
     from scipy.optimize import linear_sum_assignment
-    ids_a, ids_b = sorted(a.phases), sorted(b.phases)
-    cost = np.array([[phase_distance(a.phases[i], b.phases[j], a.bounds, a.used)
-                      for j in ids_b] for i in ids_a]).reshape(len(ids_a), len(ids_b))
+    ids_a, ids_b = largest_phases(a, limit), largest_phases(b, limit)
+    cost = distance_matrix([a.phases[i] for i in ids_a], [b.phases[j] for j in ids_b],
+                           a.bounds, a.used)
     rows, cols = linear_sum_assignment(cost) if cost.size else ([], [])
     pairs = [(ids_a[r], ids_b[c], float(cost[r, c])) for r, c in zip(rows, cols)
              if cost[r, c] <= threshold]
     paired_a, paired_b = {p[0] for p in pairs}, {p[1] for p in pairs}
     pairs += [(i, None, float("nan")) for i in ids_a if i not in paired_a]
     pairs += [(None, j, float("nan")) for j in ids_b if j not in paired_b]
-    return pairs
+    pairs += [(i, None, float("nan")) for i in unpaired_phases(a, limit)]
+    return pairs + [(None, j, float("nan")) for j in unpaired_phases(b, limit)]
+
+
+def largest_phases(run: RunPhases, limit: int) -> list[int]:
+    """The ``limit`` phases of ``run`` with most samples, in phase order."""
+    if len(run.phases) <= limit:
+        return sorted(run.phases)
+    by_size = sorted(run.phases, key=lambda p: (-run.phases[p].samples, p))
+    return sorted(by_size[:limit])
+
+
+def unpaired_phases(run: RunPhases, limit: int = MAX_PAIRED_PHASES) -> list[int]:
+    """The phases of ``run`` beyond the ``limit`` largest: not paired."""
+    kept = set(largest_phases(run, limit))
+    return [p for p in sorted(run.phases) if p not in kept]
 
 
 def _side(run: RunPhases, phase: int | None) -> dict:
@@ -239,18 +282,23 @@ def status_of(seconds_a: float, seconds_b: float, phase_a, phase_b, tolerance: f
 
 
 def diff_runs(a: RunPhases, b: RunPhases, *, threshold: float | None, tolerance: float = TOLERANCE,
-              min_share: float = MIN_SHARE) -> dict:
+              min_share: float = MIN_SHARE, limit: int = MAX_PAIRED_PHASES) -> dict:
     """The comparison, as ``diff --json`` prints it; without a ``threshold``,
-    A's detection threshold (as recorded or given)."""
+    A's detection threshold (as recorded or given).  Phases beyond the
+    ``limit`` largest of a run are listed as "unpaired"."""
     threshold = a.threshold if threshold is None else threshold
     pairs = []
-    for phase_a, phase_b, distance in pair_phases(a, b, threshold):
+    unpaired = {"a": set(unpaired_phases(a, limit)), "b": set(unpaired_phases(b, limit))}
+    for phase_a, phase_b, distance in pair_phases(a, b, threshold, limit):
         side_a, side_b = _side(a, phase_a), _side(b, phase_b)
         status = status_of(side_a["seconds"], side_b["seconds"], phase_a, phase_b, tolerance)
+        if phase_a in unpaired["a"] or phase_b in unpaired["b"]:
+            status = "unpaired"
         pairs.append({
             "phase_a": phase_a, "phase_b": phase_b, "distance": distance,
             "status": status,
-            "changed": status != "same" and max(side_a["share"], side_b["share"]) >= min_share,
+            "changed": status not in ("same", "unpaired")
+                       and max(side_a["share"], side_b["share"]) >= min_share,
             "slowdown": (side_b["seconds"] / side_a["seconds"]
                          if phase_a is not None and phase_b is not None and side_a["seconds"]
                          else None),
@@ -263,7 +311,8 @@ def diff_runs(a: RunPhases, b: RunPhases, *, threshold: float | None, tolerance:
     pairs.sort(key=lambda p: (-max(p["seconds_a"], p["seconds_b"])))
     return {"a": a.path, "b": b.path, "seconds_a": sum(a.seconds(p) for p in a.phases),
             "seconds_b": sum(b.seconds(p) for p in b.phases), "threshold": threshold,
-            "tolerance": tolerance, "min_share": min_share, "pairs": pairs}
+            "tolerance": tolerance, "min_share": min_share, "paired_limit": limit,
+            "unpaired_a": len(unpaired["a"]), "unpaired_b": len(unpaired["b"]), "pairs": pairs}
 
 
 def diff_rows(result: dict) -> list[dict]:
