@@ -27,7 +27,7 @@ def test_node_jit_code_is_named_as_perf_names_it(tmp_path):
     out = tmp_path / "s.json"
     proc = subprocess.run([str(Path(sys.executable).parent / "phasewatch"), "run", "--no-catalog",
                            "--json", str(out), "--", "node", "--perf-basic-prof", str(script)],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(out.read_text())
     shares = {}
