@@ -156,7 +156,7 @@ def plain_pairings(a: RunPhases, b: RunPhases, threshold: float) -> list[list]:
     ``threshold`` of each assignment of least sum (several where they tie)."""
     def distance(x: PhaseStats, y: PhaseStats) -> float:
         found = []
-        for s, kind in enumerate(SEGMENT_KINDS):
+        for s, kind in enumerate(SEGMENT_KINDS[:len(BOUNDS) - 1]):
             if x.segment_members[s] and y.segment_members[s]:
                 hx = [v / x.segment_members[s] for v in x.profile_sum[BOUNDS[s]:BOUNDS[s + 1]]]
                 hy = [v / y.segment_members[s] for v in y.profile_sum[BOUNDS[s]:BOUNDS[s + 1]]]
@@ -180,7 +180,7 @@ def plain_pairings(a: RunPhases, b: RunPhases, threshold: float) -> list[list]:
 def random_profiles(rng, n: int) -> tuple[dict, dict]:
     profiles, members = {}, {}
     for p in range(n):
-        have = rng.integers(0, 3, len(SEGMENT_KINDS))
+        have = rng.integers(0, 3, len(BOUNDS) - 1)
         profiles[p] = np.concatenate([rng.dirichlet(np.ones(hi - lo)) * k * rng.integers(0, 2)
                                       if rng.random() < 0.5 else rng.dirichlet(np.ones(hi - lo)) * k
                                       for lo, hi, k in zip(BOUNDS[:-1], BOUNDS[1:], have)])

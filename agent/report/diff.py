@@ -187,7 +187,7 @@ def distance_matrix(a: list[PhaseStats], b: list[PhaseStats], bounds: np.ndarray
     profile_a = np.array([p.mean_profile(bounds) for p in a]).reshape(len(a), -1)
     profile_b = np.array([p.mean_profile(bounds) for p in b]).reshape(len(b), -1)
     largest = np.full((len(a), len(b)), -np.inf)
-    for s, kind in enumerate(SEGMENT_KINDS):
+    for s, kind in enumerate(SEGMENT_KINDS[:len(bounds) - 1]):     # the segments built
         if not used[s]:
             continue
         xa, xb = profile_a[:, bounds[s]:bounds[s + 1]], profile_b[:, bounds[s]:bounds[s + 1]]
