@@ -83,6 +83,9 @@ def test_table_reports_quality_and_ari(example):
     out = phasewatch("replay", example / "ex.arrow", "--labels", example / "ex.labels.json").stdout
     assert "quality: mean per-phase CoV of CPI" in out
     assert "adjusted Rand index" in out
+    header = out.split("phases", 1)[1].splitlines()[2]
+    for column in ("CPI", "CoV CPI", "voltage mV", "pfreq MHz"):     # the example has them all
+        assert column in header, header
 
 
 def test_interval_options(example, tmp_path):

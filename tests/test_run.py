@@ -112,6 +112,10 @@ def test_run_says_what_the_host_lacks_and_prints_the_phase_table(watched):
     if "instructions" in lacks:
         assert "instructions and cycles (CPI)" in proc.stderr
     assert "phases" in proc.stderr and "top functions" in proc.stderr
+    header = next(line for line in proc.stderr.splitlines() if "top functions" in line)
+    # a signal the host lacks is no column of dashes
+    assert ("CoV CPI" in header) == ("instructions" not in lacks), header
+    assert ("voltage mV" in header) == ("perf_status" not in lacks), header
     assert "region_a" in proc.stderr.split("top functions", 1)[1]
     assert "region_b" in proc.stderr.split("top functions", 1)[1]
 

@@ -26,22 +26,32 @@ def phase_table(summary: PhaseSummary, extra_columns: dict[str, list[str]] | Non
         shown = sorted(sorted(shown, key=lambda i: -(rows[i][share] or 0))[:TABLE_ROWS])
     title = "phases" if len(shown) == len(rows) else \
         f"phases: the {len(shown)} of {len(rows)} with the most {basis}"
+    columns = {"phase": [_phase_cell(rows[i]["phase"], names) for i in shown],
+               "intervals": [str(rows[i]["intervals"]) for i in shown],
+               basis: ["-" if rows[i][share] is None else f"{100 * rows[i][share]:.1f} %"
+                       for i in shown]}
+    for name, (key, fmt) in VALUE_COLUMNS.items():
+        cells = [_num(rows[i][key], fmt) for i in shown]
+        if any(c != "-" for c in cells):    # a signal the host lacks is not a column of dashes
+            columns[name] = cells
     table = Table(title=title, title_justify="left")
-    for name in ("phase", "intervals", basis, "CPI", "CoV CPI", "voltage mV", "pfreq MHz"):
+    for name in columns:
         table.add_column(name, justify="left" if name == "phase" and names else "right")
     for name in extra_columns or {}:
         table.add_column(name, justify="left")
-    for i in shown:
-        r = rows[i]
-        extra = [col[i] for col in (extra_columns or {}).values()]
-        share_text = "-" if r[share] is None else f"{100 * r[share]:.1f} %"
-        phase = str(r["phase"])
-        if names and names.get(r["phase"]):
-            phase = f"{phase} {names[r['phase']]}"
-        table.add_row(phase, str(r["intervals"]), share_text,
-                      _num(r["cpi"], ".3f"), _num(r["cpi_cov"], ".3f"),
-                      _num(r["voltage_mv"], ".1f"), _num(r["pfreq_mhz"], ".0f"), *extra)
+    for k, i in enumerate(shown):
+        table.add_row(*(cells[k] for cells in columns.values()),
+                      *(col[i] for col in (extra_columns or {}).values()))
     return table
+
+
+#: The table's columns of measured values: left out where no phase has one.
+VALUE_COLUMNS = {"CPI": ("cpi", ".3f"), "CoV CPI": ("cpi_cov", ".3f"),
+                 "voltage mV": ("voltage_mv", ".1f"), "pfreq MHz": ("pfreq_mhz", ".0f")}
+
+
+def _phase_cell(phase: int, names: dict[int, str] | None) -> str:
+    return f"{phase} {names[phase]}" if names and names.get(phase) else str(phase)
 
 
 def summary_lines(summary: PhaseSummary, dropped: dict[str, int],
