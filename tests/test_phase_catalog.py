@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -221,3 +222,20 @@ def test_a_non_export_is_refused_in_one_line(tmp_path):
                            str(tmp_path / "c.sqlite")], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "not a phasewatch-catalog export" in proc.stderr
+
+
+def test_pprof_carries_each_phase_name_beside_its_id(sequence, tmp_path):
+    if shutil.which("go") is None:
+        pytest.skip("go is not installed (apt-get install golang-go)")
+    profile = tmp_path / "p.pb.gz"
+    proc = subprocess.run([*PHASEWATCH, "run", "-q", "--catalog", str(tmp_path / "c.sqlite"),
+                           "--pprof", str(profile), "--", str(sequence), "ABC", "0.5"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    tags = subprocess.run(["go", "tool", "pprof", "-tags", str(profile)], capture_output=True,
+                          text=True, check=True).stdout
+    names = tags.split("phase_name:", 1)[1].split("\n\n", 1)[0]
+    assert {line.rsplit(": ", 1)[1] for line in names.splitlines() if ": " in line} >= PARTS
+    focused = subprocess.run(["go", "tool", "pprof", "-top", "-tagfocus", "phase_name=^fb$",
+                              str(profile)], capture_output=True, text=True, check=True).stdout
+    assert " fb\n" in focused and " fc\n" not in focused

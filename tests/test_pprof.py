@@ -75,16 +75,17 @@ def test_go_pprof_shows_region_a_on_top_of_as_phase_and_region_b_of_bs(profiled)
 
 
 @pytest.mark.slow
-def test_every_sample_carries_phase_interval_thread_and_cpu_labels(profiled):
+def test_every_sample_carries_phase_name_interval_thread_and_cpu_labels(profiled):
     d, phases = profiled
     profile = read_profile(str(d / "abab.pb.gz"))
     strings = profile.string_table
     live = results(d / "live.jsonl")
     assert profile.sample
     for sample in profile.sample:
-        assert {strings[lab.key] for lab in sample.label} == {"phase", "interval", "thread", "cpu"}
+        assert {strings[lab.key] for lab in sample.label} == {"phase", "phase_name", "interval",
+                                                              "thread", "cpu"}
     tags = go_pprof("-tags", d / "abab.pb.gz")
-    for key in ("phase", "interval", "thread", "cpu"):
+    for key in ("phase", "phase_name", "interval", "thread", "cpu"):
         assert f" {key}: Total" in tags, tags
     by_interval = {}
     for sample in profile.sample:

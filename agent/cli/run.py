@@ -243,7 +243,7 @@ def profile_sinks(args, watch: Watch) -> list:
         args.pprof, symbolizer,
         energy_uj=lambda profile: energy.per_interval_uj() if energy else None,
         realtime_offset_ns=watch.meta["sampling"]["realtime_offset_ns"],
-        comments=[" ".join(args.argv)], inputs=[args.program]))]
+        comments=[" ".join(args.argv)], inputs=[args.program], names=watch.phase_names))]
 
 
 def figure_sinks(args, watch: Watch) -> list:

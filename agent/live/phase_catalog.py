@@ -69,11 +69,6 @@ class RunCatalog:
         self.names = {p.known.id: p.name for p in known}
         self.first_seen = {p.known.id: p.first_seen for p in known}
 
-    def name_new_phases(self, phase_ids, functions) -> dict[int, str]:
-        """A name for every phase of the run: the catalogue's where it has
-        one, else from its top functions, unique within the program."""
-        return name_phases(phase_ids, functions, self.names)
-
     def save(self, pipeline, intervals: dict[int, int]) -> None:
         """The run's live phases back into the catalogue, with the intervals
         each took in this run."""

@@ -54,6 +54,8 @@ class ProfileFile:
     realtime_offset_ns: int | None = None
     comments: list[str] = field(default_factory=list)
     inputs: list = field(default_factory=list)
+    #: Each phase's name (``run``: from the catalogue or its top functions).
+    names: Callable[[], MappingType[int, str]] = lambda: {}
 
 
 class PhaseProfile(Sink):
@@ -107,7 +109,7 @@ class PhaseProfile(Sink):
         if f is None or not complete:
             return
         builder = self.build(f.symbolizer(), realtime_offset_ns=f.realtime_offset_ns,
-                             energy_uj=f.energy_uj(self), comments=f.comments)
+                             energy_uj=f.energy_uj(self), comments=f.comments, names=f.names())
         self.failure = write_profile(f.path, builder, inputs=f.inputs)
 
     def recorded_energy(self, table: dict[int, tuple[int, int, float]] | None) -> dict | None:
@@ -128,10 +130,11 @@ class PhaseProfile(Sink):
 
     def build(self, symbolizer: Symbolizer, *, realtime_offset_ns: int | None = None,
               energy_uj: MappingType[int, float] | None = None,
-              comments=()) -> ProfileBuilder:
+              comments=(), names: MappingType[int, str] | None = None) -> ProfileBuilder:
         """The profile; ``realtime_offset_ns`` turns the sample clock into
         CLOCK_REALTIME for the profile's start time, ``energy_uj`` gives
-        intervals' energy (by interval index)."""
+        intervals' energy (by interval index), ``names`` each phase's name
+        (the ``phase_name`` label beside the id in ``phase``)."""
         rows, counts = self.rows()
         types = [("samples", "count"), ("cpu", "nanoseconds")]
         if energy_uj is not None:
@@ -148,9 +151,11 @@ class PhaseProfile(Sink):
             values = [n, n * self.period_ns]
             if energy_uj is not None:
                 values.append(int(round(shares[i])) if shares is not None else 0)
-            builder.add((location_of[ip],), values, (
-                ("phase", str(phase)), ("interval", str(interval)),
-                ("thread", str(tid)), ("cpu", str(cpu))))
+            labels = [("phase", str(phase)), ("interval", str(interval)),
+                      ("thread", str(tid)), ("cpu", str(cpu))]
+            if names and phase in names:
+                labels.append(("phase_name", names[phase]))
+            builder.add((location_of[ip],), values, tuple(labels))
         return builder
 
 

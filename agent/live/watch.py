@@ -105,6 +105,7 @@ class Watch:
         self.trace = None
         self.exit_status: int | None = None
         self.catalog = None
+        self._plain_names: dict[int, str] = {}      # names without a catalogue
         self.left_running: list[dict] = []
         self._source_open = True
         self._source_lock = threading.Lock()     # no stop() of a closed source
@@ -268,15 +269,20 @@ class Watch:
             return None
         return catalog
 
+    def phase_names(self) -> dict[int, str]:
+        """Each phase's name: the catalogue's, else from its top functions."""
+        from .phase_catalog import name_phases
+        ids = [r["phase"] for r in self.summary.table()]
+        known = self.catalog.names if self.catalog is not None else self._plain_names
+        return name_phases(ids, self.functions, known)
+
     def _names(self) -> dict[int, str]:
         """Each phase's name, and the run's phases kept in the catalogue."""
-        from .phase_catalog import name_phases
-        rows = self.summary.table()
-        ids = [r["phase"] for r in rows]
+        names = self.phase_names()
         if self.catalog is None:
-            return name_phases(ids, self.functions, {})
+            return names
         from .phase_catalog import CATALOG_ERRORS
-        names = self.catalog.name_new_phases(ids, self.functions)
+        rows = self.summary.table()
         try:
             self.catalog.save(self.pipeline, {r["phase"]: r["intervals"] for r in rows})
         except CATALOG_ERRORS as exc:
