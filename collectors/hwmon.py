@@ -3,14 +3,9 @@ the k10temp driver's ``Vcore`` input, SVI2 telemetry)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import numpy as np
-
-from phasewatch.core.batch import MISSING
-
-from .tick_loop import KIND_DECIMAL
+from .sysfs_values import SysfsValues
 
 DEFAULT_ROOT = "/sys/class/hwmon"
 
@@ -42,7 +37,7 @@ def read_volts(path: Path) -> float:
     return int(path.read_text()) / 1000.0
 
 
-class VoltageReader:
+class VoltageReader(SysfsValues):
     """Core voltage for the ``vcore_mv`` column: one hwmon input, read each
     tick and copied to every CPU's row.  k10temp reports one voltage per
     socket; on a host with several, the first socket's stands for all."""
@@ -52,33 +47,4 @@ class VoltageReader:
 
     def __init__(self, ncpus: int, path: Path):
         self.path = Path(path)
-        self.ncpus = ncpus
-        self._fds = [os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)]
-        self.read_errors = 0
-
-    def read(self, out: np.ndarray) -> None:
-        """Fill ``out`` (shape (cpus, 1)) with the core voltage in mV."""
-        try:
-            value = int(os.pread(self._fds[0], 32, 0))
-        except (OSError, ValueError):
-            value = MISSING
-            self.read_errors += 1
-        out[:, 0] = value
-
-    def ops(self) -> list[tuple[int, int, int]]:
-        """(fd, kind, offset) of the input, for the compiled tick loop."""
-        return [(self._fds[0], KIND_DECIMAL, 0)]
-
-    def scatter(self, values: np.ndarray, errnos: np.ndarray, out: np.ndarray) -> None:
-        """The compiled loop's ``values`` (ticks, 1) into ``out`` (ticks, cpus, 1)."""
-        failed = errnos != 0
-        self.read_errors += int(failed.sum())
-        out[:, :, 0] = np.where(failed, MISSING, values)[:, [0]]
-
-    def stats(self) -> dict[str, int]:
-        return {"errors": self.read_errors}
-
-    def close(self) -> None:
-        for fd in self._fds:
-            os.close(fd)
-        self._fds = []
+        super().__init__([self.path], [0] * ncpus)

@@ -9,7 +9,6 @@ which makes sysfs produce a fresh value without a new open.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import numpy as np
 
 from phasewatch.core.batch import MISSING
 
-from .tick_loop import KIND_DECIMAL
+from .sysfs_values import SysfsValues
 
 DEFAULT_ROOT = "/sys/class/powercap"
 
@@ -77,7 +76,7 @@ def energy_delta(prev, cur, max_energy_range_uj):
     return np.where(bad, MISSING, delta)
 
 
-class EnergyReader:
+class EnergyReader(SysfsValues):
     """Package energy for the ``energy_pkg_uj`` column: one read per package,
     copied to the rows of the CPUs on that package."""
 
@@ -91,37 +90,6 @@ class EnergyReader:
             raise FileNotFoundError(f"no RAPL package zone for package {missing[0]} under {root}")
         self.packages = sorted(set(cpu_packages))
         self.zones = [zones[p] for p in self.packages]
-        self._fds = [os.open(Path(z.path, "energy_uj"), os.O_RDONLY | os.O_CLOEXEC)
-                     for z in self.zones]
         index = {p: i for i, p in enumerate(self.packages)}
-        self._row_package = np.array([index[p] for p in cpu_packages], np.intp)
-        self._values = np.empty(len(self.packages), np.uint64)
-        self.read_errors = 0
-
-    def read(self, out: np.ndarray) -> None:
-        """Fill ``out`` (shape (cpus, 1)) with each CPU's package energy."""
-        for i, fd in enumerate(self._fds):
-            try:
-                self._values[i] = int(os.pread(fd, 32, 0))
-            except (OSError, ValueError):
-                self._values[i] = MISSING
-                self.read_errors += 1
-        out[:, 0] = self._values[self._row_package]
-
-    def ops(self) -> list[tuple[int, int, int]]:
-        """(fd, kind, offset) of each package's counter, for the compiled tick loop."""
-        return [(fd, KIND_DECIMAL, 0) for fd in self._fds]
-
-    def scatter(self, values: np.ndarray, errnos: np.ndarray, out: np.ndarray) -> None:
-        """The compiled loop's ``values`` (ticks, packages) into ``out`` (ticks, cpus, 1)."""
-        failed = errnos != 0
-        self.read_errors += int(failed.sum())
-        out[:, :, 0] = np.where(failed, MISSING, values)[:, self._row_package]
-
-    def stats(self) -> dict[str, int]:
-        return {"errors": self.read_errors}
-
-    def close(self) -> None:
-        for fd in self._fds:
-            os.close(fd)
-        self._fds = []
+        super().__init__([Path(z.path, "energy_uj") for z in self.zones],
+                         [index[p] for p in cpu_packages])
