@@ -200,6 +200,11 @@ class MergedSource:
                 "register_readings_lost": second["lost_samples"],
                 "errors": first["errors"] + second["errors"]}
 
+    def take_records(self) -> list:
+        """The primary's task records (perf's mappings, execs and forks), if it reads them."""
+        take = getattr(self.primary, "take_records", None)
+        return take() if take is not None else []
+
     def stop(self) -> None:
         """End the stream soon (the watched process ended, or the watch was
         interrupted): the primary stops, and the secondary keeps reading

@@ -33,7 +33,9 @@ SAMPLE_IP, SAMPLE_TID, SAMPLE_TIME, SAMPLE_READ = 1 << 0, 1 << 1, 1 << 2, 1 << 4
 SAMPLE_CPU, SAMPLE_PERIOD = 1 << 7, 1 << 8
 FORMAT_GROUP = 1 << 3
 
-RECORD_LOST, RECORD_THROTTLE, RECORD_UNTHROTTLE, RECORD_SAMPLE = 2, 5, 6, 9
+RECORD_MMAP, RECORD_LOST, RECORD_COMM, RECORD_EXIT = 1, 2, 3, 4
+RECORD_THROTTLE, RECORD_UNTHROTTLE, RECORD_FORK, RECORD_SAMPLE, RECORD_MMAP2 = 5, 6, 7, 9, 10
+MISC_COMM_EXEC = 1 << 13
 
 FLAG_FD_CLOEXEC = 1 << 3
 IOC_ENABLE = ioc(IOC_NONE, ord("$"), 0, 0)
@@ -47,7 +49,7 @@ _BITS = {
     "disabled": 0, "inherit": 1, "pinned": 2, "exclusive": 3, "exclude_user": 4,
     "exclude_kernel": 5, "exclude_hv": 6, "exclude_idle": 7, "mmap": 8, "comm": 9,
     "freq": 10, "inherit_stat": 11, "enable_on_exec": 12, "task": 13, "watermark": 14,
-    "sample_id_all": 18, "use_clockid": 25,
+    "sample_id_all": 18, "mmap2": 23, "comm_exec": 24, "use_clockid": 25,
 }
 
 # perf_event_attr up to sig_data (PERF_ATTR_SIZE_VER7); kernels older than the
@@ -256,38 +258,63 @@ class RingBuffer:
 _EMPTY = np.empty(0, np.uint8)
 
 
-def parse_samples(raw: np.ndarray, dtype: np.dtype, counts) -> np.ndarray:
+def parse_samples(raw: np.ndarray, dtype: np.dtype, counts, others: list | None = None
+                  ) -> np.ndarray:
     """Whole records as bytes -> the PERF_RECORD_SAMPLEs among them, as a
     structured array; lost and throttle records are added to ``counts.lost``
-    and ``counts.throttled``."""
+    and ``counts.throttled``, and any other record is appended to ``others``
+    as bytes (where given)."""
     width = dtype.itemsize
     if len(raw) % width == 0:
         recs = raw.view(dtype)
         header = recs["type"].astype(np.uint32) | (recs["size"].astype(np.uint32) << 16)
         if (header == (RECORD_SAMPLE | width << 16)).all():
             return recs
-    return _walk(raw, dtype, counts)
+    return _walk(raw, dtype, counts, others)
 
 
-def _walk(raw: np.ndarray, dtype: np.dtype, counts) -> np.ndarray:
-    """Slow path: other records are interleaved with the samples."""
+def _walk(raw: np.ndarray, dtype: np.dtype, counts, others: list | None) -> np.ndarray:
+    """Slow path: other records are interleaved with the samples.  Runs of
+    samples are found with numpy; only the other records (few: mappings,
+    forks, lost) are looked at one by one."""
     width = dtype.itemsize
-    offsets = []
+    runs = []
     pos, end = 0, len(raw)
-    buf = raw.tobytes()
     while pos + 8 <= end:
-        rtype, _misc, size = struct.unpack_from("<IHH", buf, pos)
-        if size == 0:
+        n = _sample_run(raw, pos, end, width)
+        if n:
+            runs.append(raw[pos:pos + n * width])
+            pos += n * width
+            continue
+        rtype, _misc, size = struct.unpack_from("<IHH", raw[pos:pos + 8].tobytes())
+        if size == 0 or pos + size > end:
             break
-        if rtype == RECORD_SAMPLE and size == width:
-            offsets.append(pos)
-        elif rtype == RECORD_LOST:
-            counts.lost += struct.unpack_from("<Q", buf, pos + 16)[0]
+        if rtype == RECORD_LOST:
+            counts.lost += struct.unpack_from("<Q", raw[pos + 16:pos + 24].tobytes())[0]
         elif rtype == RECORD_THROTTLE:
             counts.throttled += 1
+        elif rtype != RECORD_SAMPLE and others is not None:
+            others.append(raw[pos:pos + size].tobytes())
         pos += size
-    out = np.empty(len(offsets), dtype)
-    view = out.view(np.uint8).reshape(len(offsets), width)
-    for i, off in enumerate(offsets):
-        view[i] = raw[off:off + width]
-    return out
+    if not runs:
+        return np.empty(0, dtype)
+    return np.concatenate(runs).view(dtype)
+
+
+def _sample_run(raw: np.ndarray, pos: int, end: int, width: int) -> int:
+    """How many whole samples of ``width`` bytes follow one another from
+    ``pos``: headers checked in windows that double, so a long run costs
+    about one look at each header, and a record among samples a few."""
+    most = (end - pos) // width
+    found, window = 0, 64
+    while found < most:
+        k = min(window, most - found)
+        start = pos + found * width
+        block = raw[start:start + k * width].reshape(k, width)[:, :8]
+        header = np.ascontiguousarray(block).view("<u4")
+        bad = (header[:, 0] != RECORD_SAMPLE) | ((header[:, 1] >> 16) != width)
+        if bad.any():
+            return found + int(np.argmax(bad))
+        found += k
+        window *= 2
+    return found

@@ -27,6 +27,7 @@ from phasewatch.core.batch import SampleBatch
 from phasewatch.errors import MissingPrivilege, UserError
 
 from . import perf_event as pe, perf_msr, procfs
+from .perf_records import TaskRecords
 from .cpuinfo import base_frequency_hz, online_cpus, read_cpuinfo
 
 SAMPLE_TYPE = pe.SAMPLE_IP | pe.SAMPLE_TID | pe.SAMPLE_TIME | pe.SAMPLE_CPU | pe.SAMPLE_PERIOD
@@ -87,7 +88,7 @@ class _Group:
 
 
 class PerfSource:
-    """IP samples as column batches: ``t_ns, cpu, tid, ip`` and, where they
+    """IP samples as column batches: ``t_ns, cpu, tid, ip, pid`` and, where they
     open, ``instructions, cycles`` (hardware PMU) and ``tsc, aperf, mperf,
     pperf`` (msr PMU), all cumulative as read since the source opened.
 
@@ -99,6 +100,10 @@ class PerfSource:
     it exposes them (no msr module, no CAP_SYS_RAWIO needed).
     ``enable_on_exec``: start counting when ``pid`` calls exec (a child
     started paused by :meth:`phasewatch.live.child.Child.start`).
+    ``task_records``: also take, from the same rings, the records of the
+    watched tree's executable mappings, execs, forks and exits
+    (:mod:`.perf_records`), waiting in :attr:`records` for the sink that
+    keeps the process mappings.
     ``cycles_hz`` turns ``rate_hz`` into a cycles period (default: the base
     frequency); ``period`` sets the sampling period directly instead.
     """
@@ -108,7 +113,7 @@ class PerfSource:
                  counts: bool = True, msr_pmu: bool = True, include_kernel: bool = False,
                  enable_on_exec: bool = False, pages: int = 64,
                  cycles_hz: float | None = None, period: int | None = None,
-                 poll_ms: int = POLL_MS):
+                 poll_ms: int = POLL_MS, task_records: bool = False):
         if pid is None and enable_on_exec:
             raise UserError("enable_on_exec needs a process to watch: give a pid")
         self.pid = pid
@@ -117,6 +122,8 @@ class PerfSource:
         self.wakeup = wakeup
         self.include_kernel = include_kernel
         self.enable_on_exec = enable_on_exec
+        self.records: TaskRecords | None = None
+        self._task_records = task_records and pid is not None
         self._poll_ms = poll_ms
         self._closed = False
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -138,7 +145,7 @@ class PerfSource:
         except BaseException:
             self.close()
             raise
-        self.signals = ("t_ns", "cpu", "tid", "ip") + tuple(self.counted)
+        self.signals = ("t_ns", "cpu", "tid", "ip") + tuple(self.counted) + ("pid",)
         self.metadata = {
             "source": "perf",
             "signals": {name: "perf" for name in self.signals},
@@ -147,6 +154,7 @@ class PerfSource:
             "sample_rate_hz": rate_hz,
             "sample_period": self._period,
             "kernel": bool(include_kernel),     # kernel mode sampled too, or user mode only
+            "task_records": self._task_records,  # mappings, execs, forks from the rings
             "counted": list(self.counted),
             "not_taken": dict(self.not_opened),
             "target": f"pid {pid}" if pid is not None else "cpus " + ",".join(map(str, self.cpus)),
@@ -191,6 +199,8 @@ class PerfSource:
         self._specs = {**EVENTS, **self._msr_specs()}
         members = tuple(m for m in wanted if self._member_opens(name, m))
         dtype = self._dtype = pe.sample_dtype(self._sample_type(members), 1 + len(members))
+        if self._task_records:
+            self.records = TaskRecords(self._sample_type(members))
         for cpu in self.cpus:
             ring_fd = None
             for tid in self._threads:
@@ -251,6 +261,8 @@ class PerfSource:
         if not leader:
             return pe.Attr(etype, config, flags=flags)
         flags |= {"disabled", "sample_id_all"}
+        if self._task_records:
+            flags |= {"mmap", "mmap2", "comm", "comm_exec", "task"}
         if self.enable_on_exec:
             flags.add("enable_on_exec")
         return pe.Attr(etype, config, sample_period=self._period,
@@ -290,11 +302,15 @@ class PerfSource:
         """All samples the ring buffers hold now, as one batch in time order."""
         raws = [r for r in (ring.read_raw() for ring in self._rings) if len(r)]
         raw = raws[0] if len(raws) == 1 else np.concatenate(raws) if raws else pe._EMPTY
-        recs = pe.parse_samples(raw, self._dtype, self)
+        others = [] if self.records is not None else None
+        recs = pe.parse_samples(raw, self._dtype, self, others)
+        if others:
+            self.records.add(others)
         if len(raws) > 1:
             recs = recs[np.argsort(recs["time"], kind="stable")]
         self.samples += len(recs)
-        cols = {"t_ns": recs["time"], "cpu": recs["cpu"], "tid": recs["tid"], "ip": recs["ip"]}
+        cols = {"t_ns": recs["time"], "cpu": recs["cpu"], "tid": recs["tid"], "ip": recs["ip"],
+                "pid": recs["pid"]}
         for name, index in self._value_index.items():
             cols[name] = recs["values"][:, index]
         return SampleBatch(cols)
@@ -317,6 +333,10 @@ class PerfSource:
             os.eventfd_write(self._wake, 1)
         except OSError:
             pass
+
+    def take_records(self) -> list:
+        """The task records read since the last call (none without ``task_records``)."""
+        return self.records.take() if self.records is not None else []
 
     def stats(self) -> dict[str, int]:
         return {"samples": self.samples, "lost_samples": self.lost, "errors": 0,

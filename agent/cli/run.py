@@ -117,7 +117,7 @@ def run(args) -> int:
         source = open_source(args.source, pid=child.pid,
                              cpus=[child.cpu] if child.cpu is not None else None,
                              msr_path=args.msr_path, rate_hz=args.freq,
-                             enable_on_exec=True, include_kernel=args.kernel)
+                             enable_on_exec=True, include_kernel=args.kernel, task_records=True)
         try:
             return watch(args, settings, child, source, relay)
         finally:
@@ -134,7 +134,8 @@ def attach(args) -> int:
     target = Attached(args.pid)
     settings = check_arguments(args, target.path)
     source = open_source(args.source, pid=target.pid, cpus=None, msr_path=args.msr_path,
-                         rate_hz=args.freq, enable_on_exec=False, include_kernel=args.kernel)
+                         rate_hz=args.freq, enable_on_exec=False, include_kernel=args.kernel,
+                         task_records=True)
     return watch(args, settings, target, source)
 
 
@@ -238,7 +239,7 @@ def profile_sinks(args, watch: Watch) -> list:
 
     def symbolizer():
         watch.symbolizer.snapshot()
-        return watch.symbolizer
+        return watch.tree
     return [PhaseProfile(period_ns_of(watch.source.metadata), ProfileFile(
         args.pprof, symbolizer,
         energy_uj=lambda profile: energy.per_interval_uj() if energy else None,

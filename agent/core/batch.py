@@ -39,17 +39,18 @@ RAW_DTYPES: dict[str, np.dtype] = {
     "c7": np.dtype(np.uint64),
     "energy_pkg_uj": np.dtype(np.uint64),
     "vcore_mv": np.dtype(np.uint64),      # core voltage from hwmon (AMD Zen: k10temp Vcore)
+    "pid": np.dtype(np.int32),            # the sampled thread's process (perf); 0 where unknown
 }
 
 REQUIRED_COLUMNS = ("t_ns", "cpu")
 #: Columns the CSV format must always carry (docs/formats.md); the rest are optional.
 CSV_COLUMNS = ("t_ns", "cpu", "tid", "ip", "perf_status", "aperf", "mperf",
                "pperf", "tsc", "instructions", "cycles")
-OPTIONAL_CSV_COLUMNS = ("c3", "c6", "c7", "energy_pkg_uj", "vcore_mv")
+OPTIONAL_CSV_COLUMNS = ("c3", "c6", "c7", "energy_pkg_uj", "vcore_mv", "pid")
 #: Columns that are counters or registers, where MISSING marks an unread value.
-COUNTER_COLUMNS = tuple(n for n in RAW_DTYPES if n not in ("t_ns", "cpu", "tid"))
+COUNTER_COLUMNS = tuple(n for n in RAW_DTYPES if n not in ("t_ns", "cpu", "tid", "pid"))
 #: Valid ranges of the id columns: Linux's largest NR_CPUS, and PID_MAX_LIMIT.
-ID_RANGES = {"cpu": (0, 8191), "tid": (0, 4_194_304)}
+ID_RANGES = {"cpu": (0, 8191), "tid": (0, 4_194_304), "pid": (0, 4_194_304)}
 
 
 class BatchError(ValueError):
@@ -131,7 +132,8 @@ def first_bad_id(batch: SampleBatch) -> tuple[int, str, int] | None:
 
 def id_problem(name: str, value: int) -> str:
     lo, hi = ID_RANGES[name]
-    return f"column {name!r}: {value} is not a {'CPU' if name == 'cpu' else 'thread'} id ({lo}..{hi})"
+    kind = {"cpu": "CPU", "tid": "thread"}.get(name, "process")
+    return f"column {name!r}: {value} is not a {kind} id ({lo}..{hi})"
 
 
 def concat(batches: Iterable[SampleBatch]) -> SampleBatch:

@@ -124,11 +124,13 @@ class IntervalAccumulator:
     def set_text_range(self, lo: int, hi: int) -> None:
         self.text_lo, self.text_hi = np.uint64(lo), np.uint64(hi)
 
-    def feed(self, t_ns: np.ndarray, ip: np.ndarray | None, decoded: np.ndarray) -> IntervalBlock:
+    def feed(self, t_ns: np.ndarray, ip: np.ndarray | None, decoded: np.ndarray,
+             pid: np.ndarray | None = None) -> IntervalBlock:
         """Add a batch; return the intervals it completed, profiles normalised.
-        The block is scratch space, reused by the next call."""
+        The block is scratch space, reused by the next call.  ``pid``: each
+        sample's process, whose mappings place its IP."""
         n = len(t_ns)
-        bins = self._bins(n, ip, decoded, t_ns)
+        bins = self._bins(n, ip, decoded, t_ns, pid)
         t_ns = np.ascontiguousarray(t_ns)
         done, start = 0, 0
         while True:
@@ -153,7 +155,7 @@ class IntervalAccumulator:
         out.voltage_sum[0], out.pfreq_sum[0] = self.fstate
         return _head(out, 1)
 
-    def _bins(self, n: int, ip, decoded, t_ns) -> np.ndarray:
+    def _bins(self, n: int, ip, decoded, t_ns, pid=None) -> np.ndarray:
         """Each sample's bin in each segment (-1: none), one row per segment,
         and a last row with the code signature's line entry (-1: none)."""
         rows = len(SEGMENTS) + 1
@@ -173,8 +175,9 @@ class IntervalAccumulator:
             bins[2] = -1
         elif ip is not None and hp.ip_signature != "fold":
             ip, t_ns = np.ascontiguousarray(ip), np.ascontiguousarray(t_ns)
-            self.code_map.bins(ip, t_ns, hp.code_region_bits, hp.code_bins, bins[2])
-            self.code_map.bins(ip, t_ns, hp.code_line_bits, hp.code_bins, bins[_LINE_ROW])
+            self.code_map.bins(ip, t_ns, hp.code_region_bits, hp.code_bins, bins[2], pids=pid)
+            self.code_map.bins(ip, t_ns, hp.code_line_bits, hp.code_bins, bins[_LINE_ROW],
+                               pids=pid)
             bins[_LINE_ROW] += np.int32(hp.code_bins) * (bins[_LINE_ROW] >= 0)
         elif ip is not None and self.text_hi > self.text_lo:
             ip = np.where(ip >= KERNEL_START, np.uint64(0), ip)   # kernel or MISSING: unknown

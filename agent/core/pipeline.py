@@ -142,7 +142,7 @@ class Pipeline:
         wanted = {"t_ns", "cpu", "tid"} | {COUNTERS[k] for k in self.decoder.decoded}
         wanted.add("perf_status" if self.voltage_from_perf_status else "vcore_mv")
         if self.accumulator.built > SEGMENTS.index("ip"):
-            wanted.add("ip")
+            wanted |= {"ip", "pid"}
         return frozenset(wanted)
 
     def keep_profiles(self) -> None:
@@ -164,7 +164,7 @@ class Pipeline:
                 and self.used[SEGMENTS.index("ip")] and "ip" in batch):
             self._guess_text_range(batch["ip"])
         decoded = decode(batch, self.decoder, self.base_mhz, self.voltage_from_perf_status)
-        block = self.accumulator.feed(batch["t_ns"], batch.get("ip"), decoded)
+        block = self.accumulator.feed(batch["t_ns"], batch.get("ip"), decoded, batch.get("pid"))
         return self._classify(block)
 
     def finish(self) -> Intervals:

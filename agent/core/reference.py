@@ -111,9 +111,9 @@ def profiles(batch: SampleBatch, decoded: np.ndarray, ends: np.ndarray, params: 
     ip_bins, line_bins = None, None
     if "ip" in batch and hp.ip_signature != "fold":
         ip_bins = code_bins_reference(batch["ip"], batch["t_ns"], mappings, hp.code_region_bits,
-                                      hp.code_bins)
+                                      hp.code_bins, batch.get("pid"))
         line_bins = code_bins_reference(batch["ip"], batch["t_ns"], mappings, hp.code_line_bits,
-                                        hp.code_bins)
+                                        hp.code_bins, batch.get("pid"))
     elif "ip" in batch and text_range is not None:
         bits = int(hp.ip_bins).bit_length() - 1
         ips = np.where(batch["ip"] >= KERNEL_START, np.uint64(0), batch["ip"])

@@ -97,6 +97,8 @@ class MappingSchema(_Schema):
     offset: Address
     path: str
     t_ns: Annotated[int, Meta(ge=-2**63, le=2**63 - 1)] | None = None
+    #: The process the mapping is in (learnt from perf's records); none: every process's.
+    pid: Annotated[int, Meta(ge=0, le=4_194_304)] | None = None
 
 
 class DetectionSchema(_Schema):

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ..core.source import Classified
 
 ROW = np.dtype([("interval", np.int64), ("phase", np.int64), ("ip", np.uint64),
-                ("tid", np.int64), ("cpu", np.int64)])
+                ("tid", np.int64), ("cpu", np.int64), ("pid", np.int64)])
 #: Columns a trace must give for a profile.
 COLUMNS = ("ip", "tid", "cpu")
 
@@ -61,7 +61,7 @@ class ProfileFile:
 class PhaseProfile(Sink):
     """Per-interval IP sample counts, fed alongside the pipeline."""
 
-    columns = COLUMNS
+    columns = COLUMNS + ("pid",)
 
     def __init__(self, period_ns: int, file: ProfileFile | None = None):
         self.period_ns = int(period_ns)
@@ -83,6 +83,7 @@ class PhaseProfile(Sink):
         rows = np.empty(len(batch), ROW)
         for name in COLUMNS:
             rows[name] = batch[name]
+        rows["pid"] = batch["pid"] if "pid" in batch else 0
         self._pending.append(rows)
 
     def classified(self, c: Classified) -> None:
@@ -144,10 +145,10 @@ class PhaseProfile(Sink):
             types, period_type=("cpu", "nanoseconds"), period=self.period_ns,
             time_nanos=start + realtime_offset_ns if realtime_offset_ns is not None else 0,
             duration_nanos=(self.last_ns or start) - start, comments=comments)
-        location_of = _locations(builder, symbolizer, np.unique(rows["ip"]))
+        location_of = _locations(builder, symbolizer, rows["pid"], rows["ip"])
         shares = _energy_shares(rows["interval"], counts, energy_uj) if energy_uj else None
         for i, (row, n) in enumerate(zip(rows.tolist(), counts.tolist())):
-            interval, phase, ip, tid, cpu = row
+            interval, phase, ip, tid, cpu, pid = row
             values = [n, n * self.period_ns]
             if energy_uj is not None:
                 values.append(int(round(shares[i])) if shares is not None else 0)
@@ -155,7 +156,7 @@ class PhaseProfile(Sink):
                       ("thread", str(tid)), ("cpu", str(cpu))]
             if names and phase in names:
                 labels.append(("phase_name", names[phase]))
-            builder.add((location_of[ip],), values, tuple(labels))
+            builder.add((location_of[pid, ip],), values, tuple(labels))
         return builder
 
 
@@ -168,8 +169,28 @@ def _energy_shares(intervals: np.ndarray, counts: np.ndarray,
     return energy * counts / totals
 
 
-def _locations(builder: ProfileBuilder, symbolizer: Symbolizer, ips: np.ndarray) -> dict[int, int]:
-    """Location id by IP: one location per address, its mapping and function."""
+def _locations(builder: ProfileBuilder, symbolizer, pids: np.ndarray,
+               ips: np.ndarray) -> dict[tuple[int, int], int]:
+    """Location id by (process, IP): one location per address and mapping,
+    named in the mappings of the sample's own process where ``symbolizer``
+    knows processes apart (``of_process``: a watched tree, or a recording's
+    mappings per process)."""
+    of_process = getattr(symbolizer, "of_process", lambda pid: symbolizer)
+    pairs = np.unique(np.stack([pids.astype(np.uint64), ips.astype(np.uint64)]), axis=1) \
+        if len(ips) else np.zeros((2, 0), np.uint64)
+    root = getattr(symbolizer, "pid", None)
+    groups = sorted(np.unique(pairs[0]).tolist(), key=lambda p: (p not in (0, root), p))
+    location_of = {}
+    for pid in groups:
+        mine = pairs[1][pairs[0] == pid]
+        location_of.update(((pid, ip), loc) for ip, loc in
+                           _process_locations(builder, of_process(pid), mine).items())
+    return location_of
+
+
+def _process_locations(builder: ProfileBuilder, symbolizer: Symbolizer,
+                       ips: np.ndarray) -> dict[int, int]:
+    """Location id by IP of one process: its mapping and function."""
     names = symbolizer.names(ips, offsets=False)
     which = symbolizer.mapping_indices(ips)
     mappings = symbolizer.mappings

@@ -14,9 +14,22 @@ The list grows in the side table ``TRACE.mappings.jsonl`` (one JSON object a
 line, keys as in trace metadata's ``"mappings"``), since the trace's metadata
 is written before the run starts.
 
-The code map is one address space: where CMD starts other processes, their
-mappings are read from ``/proc/TID/maps`` of the sampled threads and merged
-in, a later mapping taking over the addresses of an earlier one it overlaps.
+Where the source gives perf's records of the watched tree (``records``: the
+perf source's ``take_records``), the mappings come from them instead, as
+``perf record`` takes them: each executable mapping a process makes
+(``PERF_RECORD_MMAP2``) becomes a row with its ``pid`` and the record's
+time, and a process forked (``PERF_RECORD_FORK``) starts with a copy of its
+parent's rows, so a child that lived 5 ms has its samples placed in its own
+mappings, by file and offset.  ``/proc`` is then read only once, for what
+the first process had mapped before the watch began (rows without a pid,
+which every process falls back to).  The records also go to ``tree`` (the
+:class:`~.tree_symbolizer.TreeSymbolizer` naming functions), so names come
+from the same mappings.
+
+Without records the code map is one address space: where CMD starts other
+processes, their mappings are read from ``/proc/TID/maps`` of the sampled
+threads and merged in, a later mapping taking over the addresses of an
+earlier one it overlaps.
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..collectors.perf_records import ExecRecord, MapRecord, TaskRecord
 from ..core.batch import SampleBatch
 from ..core.source import Sink
 from .maps import Mapping, read_maps
@@ -33,12 +47,18 @@ from .maps import Mapping, read_maps
 MAX_TIDS = 8
 
 
-def mapping_row(m: Mapping, t_ns: int | None) -> dict:
+def mapping_row(m: Mapping, t_ns: int | None, pid: int | None = None) -> dict:
     row = {"start": m.start, "end": m.end, "offset": m.offset,
            "path": "[anon]" if not m.path else m.path}
     if t_ns is not None:
         row["t_ns"] = int(t_ns)
+    if pid is not None:
+        row["pid"] = int(pid)
     return row
+
+
+def overlaps(a: dict, b: dict) -> bool:
+    return int(a["start"]) < int(b["end"]) and int(b["start"]) < int(a["end"])
 
 
 class ProcessMappings(Sink):
@@ -46,10 +66,18 @@ class ProcessMappings(Sink):
     sink that takes each batch before the pipeline does."""
 
     def __init__(self, pid: int, pipeline, record=None,
-                 read: Callable[[int], list[Mapping]] = read_maps, just_execd: bool = False):
+                 read: Callable[[int], list[Mapping]] = read_maps, just_execd: bool = False,
+                 records: Callable[[], list] | None = None, tree=None):
         """``record``: the :class:`~phasewatch.formats.trace.TraceWriter` whose
-        side table gets the mappings learnt, if any."""
+        side table gets the mappings learnt, if any.  ``records``: what gives
+        the perf records read since it was last called (see the module
+        docstring); ``tree``: what else learns from them (``learn_record``)."""
         self.pid = pid
+        self.records = records
+        self.tree = tree
+        #: Each process's mappings now (rows learnt from records), to copy at a fork.
+        self.current: dict[int, list[dict]] = {}
+        self.dropped_forks = 0
         self.pipeline = pipeline
         self.read = read
         self.rows: list[dict] = list(pipeline.mappings or [])
@@ -62,6 +90,11 @@ class ProcessMappings(Sink):
 
     def batch(self, batch: SampleBatch) -> None:
         """Learn the mappings the batch's IPs need, before the pipeline sees it."""
+        if self.records is not None:
+            self.take(self.records())
+            if len(batch):
+                self.last_t = max(self.last_t, int(batch["t_ns"].max()))
+            return
         if "ip" not in batch or len(batch) == 0:
             return
         t_ns = batch["t_ns"]
@@ -91,6 +124,51 @@ class ProcessMappings(Sink):
             self.record.add_mappings(new)
         return True
 
+    def take(self, records: list) -> None:
+        """Apply perf's records: each mapping from its time (never before a
+        sample already classified, so that replay places every sample as
+        this run did), each new process from a copy of its parent's."""
+        new = []
+        for r in records:
+            if isinstance(r, MapRecord):
+                row = mapping_row(Mapping(r.start, r.end, r.offset, r.path, r.inode),
+                                  self._from(r.t_ns), r.pid)
+                self._now(r.pid, row)
+                new.append(row)
+            elif isinstance(r, TaskRecord) and r.kind == "fork" and r.pid != r.ppid:
+                new += self._forked(r)
+            elif isinstance(r, ExecRecord):
+                self.current.pop(r.pid, None)     # its address space was replaced
+            elif isinstance(r, TaskRecord) and r.kind == "exit" and r.pid == r.tid:
+                self.current.pop(r.pid, None)
+            if self.tree is not None:
+                self.tree.learn_record(r)
+        new = [row for row in new if self._key(row) not in self.known]
+        if not new:
+            return
+        self.known.update(self._key(r) for r in new)
+        self.rows += new
+        self.pipeline.set_mappings(self.rows)
+        if self.record is not None:
+            self.record.add_mappings(new)
+
+    def _from(self, t_ns: int) -> int:
+        return max(int(t_ns), self.last_t + 1)
+
+    def _now(self, pid: int, row: dict) -> None:
+        """``row`` is among ``pid``'s mappings now, in place of those it overlaps."""
+        rows = self.current.setdefault(pid, [])
+        rows[:] = [old for old in rows if not overlaps(old, row)] + [row]
+
+    def _forked(self, r: TaskRecord) -> list[dict]:
+        """A new process's rows: its parent's, from the fork."""
+        copies = [{**row, "pid": r.pid, "t_ns": self._from(r.t_ns)}
+                  for row in self.current.get(r.ppid, ())]
+        if copies:
+            self.current[r.pid] = list(copies)
+        return copies
+
     @staticmethod
     def _key(row: dict) -> tuple:
-        return (int(row["start"]), int(row["end"]), int(row.get("offset", 0)), row.get("path", ""))
+        return (int(row["start"]), int(row["end"]), int(row.get("offset", 0)), row.get("path", ""),
+                row.get("pid"))

@@ -8,7 +8,9 @@ import threading
 
 import numpy as np
 
+from ..collectors.perf_records import MapRecord, TaskRecord
 from ..core.batch import KERNEL_START
+from .maps import Mapping
 from .process_tree import descendants, process_of_thread
 from .symbolizer import Symbolizer
 
@@ -35,21 +37,47 @@ class TreeSymbolizer:
     batch whose IPs are new to their process while they still run;
     ``learn_tree`` reads those of each process as it starts or execs, and
     ``snapshot`` re-reads those of every live process of the tree (both from
-    :mod:`.tree_watch`, once or twice a second)."""
+    :mod:`.tree_watch`, once or twice a second).
+
+    Where perf's records of the tree come (``learn_record``, from the
+    process-mapping sink), they are how processes, threads and mappings are
+    learnt, and ``/proc`` is no longer polled: the root's maps, read when
+    it exec'd, hold what it mapped before the watch."""
 
     def __init__(self, root: Symbolizer):
         self.root = root
         self._by_pid: dict[int, Symbolizer] = {root.pid: root}
         self._pid_of: dict[int, int] = {root.pid: root.pid}
         self._exe_of: dict[int, str] = {}
+        self.from_records = False
         # learn_tree runs on a thread of its own (live.tree_watch)
         self._lock = threading.RLock()
+
+    @_locked
+    def learn_record(self, record) -> None:
+        """One of perf's records (:mod:`phasewatch.collectors.perf_records`):
+        a mapping goes to its process, a new thread to its process, a new
+        process starts with its parent's mappings."""
+        self.from_records = True
+        if isinstance(record, MapRecord):
+            self._pid_of.setdefault(record.tid, record.pid)
+            self._recorded(record.pid).add_mappings(
+                [Mapping(record.start, record.end, record.offset, record.path, record.inode)])
+        elif isinstance(record, TaskRecord) and record.kind == "fork":
+            self._pid_of[record.tid] = record.pid
+            if record.pid != record.ppid and record.pid not in self._by_pid:
+                child = self._recorded(record.pid)
+                parent = self._by_pid.get(record.ppid)
+                if parent is not None:
+                    child.add_mappings(parent.mappings)
 
     def learn_tree(self, pids: list[int]) -> bool:
         """Note every thread of the tree's processes ``pids`` (:func:`descendants`)
         and read the maps of each process new or exec'd since the last look:
         a child that ends before its samples reach the agent is still named
         from its own objects.  Whether any process was new or exec'd."""
+        if self.from_records:
+            return False
         changed = False
         for pid in pids:
             try:
@@ -73,6 +101,8 @@ class TreeSymbolizer:
     @_locked
     def watch(self, ips: np.ndarray, tids: np.ndarray) -> None:
         """Learn the mappings that a batch's IPs need, while their processes live."""
+        if self.from_records:
+            return
         user = np.asarray(ips, np.uint64) < np.uint64(KERNEL_START)
         for tid in np.unique(np.asarray(tids)[user])[:MAX_NEW_THREADS].tolist():
             symbolizer = self.of_thread(tid)
@@ -84,6 +114,8 @@ class TreeSymbolizer:
     def snapshot(self, pids: list[int] | None = None) -> bool:
         """Re-read the maps of the tree's processes ``pids`` (default: every
         live one); whether any changed."""
+        if self.from_records:
+            return False
         if pids is None:
             pids = descendants(self.root.pid) if self.root.pid is not None else []
         changed = False
@@ -107,6 +139,21 @@ class TreeSymbolizer:
             self._by_pid[pid] = Symbolizer.from_pid(pid)
         return self._by_pid[pid]
 
+    def _recorded(self, pid: int) -> Symbolizer:
+        """The symbolizer of ``pid``, made without reading its maps (its records give them)."""
+        if pid not in self._by_pid:
+            self._by_pid[pid] = Symbolizer(pid, kernel_names=True)
+        return self._by_pid[pid]
+
+    @_locked
+    def of_process(self, pid: int) -> Symbolizer:
+        """The symbolizer of process ``pid`` (0, a sample of no known process: the root's)."""
+        if not pid or pid == self.root.pid:
+            return self.root
+        if self.from_records:
+            return self._by_pid.get(pid, self.root)
+        return self._of_process(pid)
+
     @_locked
     def names(self, ips, tids=None, offsets: bool = True) -> np.ndarray:
         """Function names of ``ips``, each resolved in the process of its thread."""
@@ -119,3 +166,32 @@ class TreeSymbolizer:
             mine = tids == tid
             out[mine] = self.of_thread(tid).names(ips[mine], offsets)
         return out
+
+
+class RecordedTree:
+    """Names the IPs of a recording per process, as :class:`TreeSymbolizer`
+    did live: each process's own mappings (rows with its ``pid``, learnt
+    from perf's records) over those of every process (rows without one)."""
+
+    def __init__(self, meta: dict):
+        rows = [m for m in meta.get("mappings") or [] if isinstance(m, dict)]
+        self.root = Symbolizer.from_metadata(
+            {"mappings": [m for m in rows if m.get("pid") is None]})
+        self.pid = None
+        self._rows_of: dict[int, list[dict]] = {}
+        for m in rows:
+            if m.get("pid") is not None:
+                self._rows_of.setdefault(int(m["pid"]), []).append(m)
+        self._by_pid: dict[int, Symbolizer] = {}
+
+    def of_process(self, pid: int) -> Symbolizer:
+        if pid not in self._rows_of:
+            return self.root
+        if pid not in self._by_pid:
+            own = Symbolizer.from_metadata({"mappings": sorted(
+                self._rows_of[pid], key=lambda m: m.get("t_ns") or 0)})
+            symbolizer = Symbolizer()
+            symbolizer.add_mappings(self.root.mappings)
+            symbolizer.add_mappings(own.mappings)
+            self._by_pid[pid] = symbolizer
+        return self._by_pid[pid]

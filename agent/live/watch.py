@@ -162,7 +162,8 @@ class Watch:
         self.functions = PhaseFunctions(self.tree)
         self.summary = PhaseSummary()
         trace = self._trace() if self.options.record else None
-        maps = ProcessMappings(child.pid, self.pipeline, record=trace, just_execd=True)
+        maps = ProcessMappings(child.pid, self.pipeline, record=trace, just_execd=True,
+                               records=task_records_of(self.source), tree=self.tree)
         self.trace = trace
         # The trace first, energy before the command's own sinks (a profile
         # takes each interval's energy when it is written, at the close).
@@ -342,6 +343,15 @@ def load_kernels(settings: DetectionSettings, signals) -> None:
         batch["cpu"] = batch["tid"] = np.zeros(rows, np.int32)
         driver.take(SampleBatch(batch))
     driver.finish()
+
+
+def task_records_of(source):
+    """What gives the perf records of the watched tree that ``source`` reads
+    (its ``take_records``), or None where it reads none."""
+    meta = source.metadata
+    if any(part.get("task_records") for part in [meta, *meta.get("parts", [])]):
+        return getattr(source, "take_records", None)
+    return None
 
 
 def kernel_sampled(metadata: dict) -> bool:

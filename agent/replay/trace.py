@@ -115,12 +115,12 @@ def result_sinks(output: str | None, inputs: list) -> list:
 def profile_sink(path: str, source, trace: str, inputs: list):
     from ..formats.energytable import read_energy_table
     from ..live.phase_profile import PhaseProfile, ProfileFile, period_ns_of
-    from ..live.symbolizer import Symbolizer
+    from ..live.tree_symbolizer import RecordedTree
     meta = source.metadata
     PhaseProfile.check_columns(source.signals, "the trace")
     table = read_energy_table(trace)
     return PhaseProfile(period_ns_of(meta.get("sampling")), ProfileFile(
-        path, symbolizer=lambda: Symbolizer.from_metadata(meta),
+        path, symbolizer=lambda: RecordedTree(meta),
         energy_uj=lambda profile: profile.recorded_energy(table),
         realtime_offset_ns=md.Sampling.of(meta.get("sampling")).realtime_offset_ns,
         comments=[" ".join(meta.get("command") or [])], inputs=inputs))
