@@ -103,11 +103,9 @@ def test_perl_halves_fall_in_different_phases(inputs):
 
 
 def test_code_of_a_child_process_is_mapped(tmp_path):
-    """sh starts perl as a child: perl's mappings are learnt from its own
-    /proc/TID/maps when its IPs appear, stamped with the time they apply from,
-    and nearly every sample lands in a known mapping.  (Perl runs about a
-    second of CPU time, past the agent's first wake-up: a child that ends
-    before the agent sees its samples leaves no maps to read.)"""
+    """sh starts perl as a child: perl's mappings are learnt from perf's
+    records of them, stamped with the time they apply from and perl's pid,
+    and nearly every sample lands in a known mapping of its own process."""
     from phasewatch.core.codemap import CodeMap
     from phasewatch.formats.tracefiles import open_trace
 
@@ -123,4 +121,5 @@ def test_code_of_a_child_process_is_mapped(tmp_path):
     batches = list(source.batches())
     ips = np.concatenate([b["ip"] for b in batches])
     t_ns = np.concatenate([b["t_ns"] for b in batches])
-    assert CodeMap.from_mappings(rows).unknown(ips, t_ns).mean() < 0.1
+    pids = np.concatenate([b["pid"] for b in batches])
+    assert CodeMap.from_mappings(rows).unknown(ips, t_ns, pids).mean() < 0.1

@@ -113,9 +113,9 @@ class CodeMap:
         """Each IP's entry, in the mappings of its process (``pids``; none:
         the mappings recorded without a process); one in no mapping by its
         address (``unmapped``) or -1."""
-        if pids is None:
-            pids = np.zeros(len(ips), np.int32)
-        code_bins(ips, t_ns, np.ascontiguousarray(pids), self.starts, self.ends, self.reach,
+        # One argument type for the compiled kernel: a trace's column is read-only.
+        pids = np.zeros(len(ips), np.int32) if pids is None else np.array(pids, np.int32)
+        code_bins(ips, t_ns, pids, self.starts, self.ends, self.reach,
                   self.base, self.keys, self.since, self.until, self.group_pids, self.group_lo,
                   self.group_hi, self.whole_space, unmapped, region_bits, nbins, out)
 

@@ -163,10 +163,14 @@ class Symbolizer:
         out[kernel] = KERNEL
         if self.kernel_names and kernel.any():
             out[kernel] = _kernel_names(ips[kernel])
+        if self._mappings:
+            self._resolve_mapped(ips, out, offsets)
         if self.pid is not None and self.kernel_names:
             self._name_jit_code(ips, out)
-        if not self._mappings:
-            return out
+        return out
+
+    def _resolve_mapped(self, ips: np.ndarray, out: np.ndarray, offsets: bool) -> None:
+        """Names of the IPs in known mappings (JIT code's: its anonymous mapping's)."""
         starts = np.array([m.start for m in self._mappings], dtype=np.uint64)
         ends = np.array([m.end for m in self._mappings], dtype=np.uint64)
         which = np.searchsorted(starts, ips, side="right") - 1
@@ -174,7 +178,6 @@ class Symbolizer:
         for index in np.unique(which[inside]):
             selected = inside & (which == index)
             out[selected] = self._resolve_in(self._mappings[index], ips[selected], offsets)
-        return out
 
     def _name_jit_code(self, ips: np.ndarray, out: np.ndarray) -> None:
         """JIT functions from the perf map, for addresses no file names."""

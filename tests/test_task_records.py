@@ -1,0 +1,229 @@
+"""Mappings from the kernel, as perf takes them: the executable mappings,
+execs and forks of a watched tree come as perf records in the samples' own
+ring (``PERF_RECORD_MMAP2``, ``COMM``, ``FORK``, ``EXIT``), so the samples of
+a child that lived a moment are placed in its own mappings, by file and
+offset, and named.  Real programs under real perf events, read back by
+Go's own pprof."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from test_pprof import go_pprof
+from test_run import TIMEOUT
+
+from phasewatch.collectors import perf_event as pe
+from phasewatch.collectors.perf_records import ExecRecord, MapRecord, TaskRecord, TaskRecords
+from phasewatch.collectors.perf_source import PerfSource
+from phasewatch.core.codemap import CodeMap, code_bins_reference
+
+BIN = Path(sys.executable).parent / "phasewatch"
+
+HOT_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) double spin_alpha(long n) { double s = 0; for (long i = 0; i < n; i++) s += i * 0.5 / (i + 1); return s; }
+__attribute__((noinline)) double spin_beta(long n) { double s = 1; for (long i = 1; i < n; i++) s = s * 1.0000001 + 1.0 / i; return s; }
+int main(int argc, char **argv) { long n = atol(argv[1]); printf("%f %f\n", spin_alpha(n), spin_beta(n)); return 0; }
+"""
+
+
+def phasewatch(*args, cwd=None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True,
+                          timeout=TIMEOUT, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def phases_of(summary: Path) -> list[dict]:
+    return json.loads(summary.read_text())["phases"]
+
+
+def compressible(path: Path, megabytes: int) -> Path:
+    """Words of a small vocabulary: gzip takes about 0.1 s a megabyte here."""
+    rng = np.random.default_rng(7)
+    words = [rng.integers(97, 107, n).astype(np.uint8).tobytes() for n in rng.integers(3, 10, 2000)]
+    picked = rng.integers(0, len(words), megabytes * 150_000)
+    path.write_bytes(b" ".join(words[i] for i in picked.tolist()))
+    return path
+
+
+# -- the records themselves --------------------------------------------------
+
+def test_a_short_child_s_exec_fork_and_mappings_come_in_the_ring(tmp_path):
+    """``sh`` forks ``true`` (which lives about a millisecond): its fork,
+    exec and the mapping of /usr/bin/true come from perf, with its pid."""
+    child = subprocess.Popen(["sh", "-c", "read x; /bin/true; sleep 0.2"], stdin=subprocess.PIPE)
+    source = PerfSource(pid=child.pid, cpus=None, event="cpu-clock", counts=False,
+                        msr_pmu=False, task_records=True, poll_ms=50)
+    try:
+        child.communicate(b"go\n", timeout=30)
+        time.sleep(0.1)
+        source.read()
+        records = source.take_records()
+    finally:
+        source.close()
+    forks = [r for r in records if isinstance(r, TaskRecord) and r.kind == "fork"
+             and r.ppid == child.pid and r.pid != child.pid]
+    assert forks, records
+    kid = forks[0].pid
+    assert any(isinstance(r, ExecRecord) and r.pid == kid and r.comm == "true" for r in records)
+    true_maps = [r for r in records if isinstance(r, MapRecord) and r.pid == kid
+                 and os.path.basename(r.path) == "true"]
+    assert true_maps and true_maps[0].inode == os.stat("/usr/bin/true").st_ino, records
+    assert any(isinstance(r, TaskRecord) and r.kind == "exit" and r.pid == kid for r in records)
+    assert [r.t_ns for r in records] == sorted(r.t_ns for r in records)
+
+
+def _record(rtype: int, body: bytes, t_ns: int, misc: int = 0) -> bytes:
+    trailer = struct.pack("<IIQII", 1, 1, t_ns, 0, 0)        # pid tid, time, cpu res
+    size = 8 + len(body) + len(trailer)
+    return struct.pack("<IHH", rtype, misc, size) + body + trailer
+
+
+def test_samples_are_split_from_records_among_them_without_losing_any():
+    dtype = pe.sample_dtype(pe.SAMPLE_IP | pe.SAMPLE_TID | pe.SAMPLE_TIME | pe.SAMPLE_CPU
+                            | pe.SAMPLE_PERIOD)
+    samples = np.zeros(300, dtype)
+    samples["type"], samples["size"] = pe.RECORD_SAMPLE, dtype.itemsize
+    samples["ip"] = np.arange(300) + 0x400000
+    name = b"/usr/bin/x\0".ljust(16, b"\0")
+    mmap2 = _record(pe.RECORD_MMAP2, struct.pack("<IIQQQIIQQII", 5, 5, 0x400000, 0x2000, 0x1000,
+                                                 0, 0, 77, 0, 5, 2) + name, 123)
+    exec_ = _record(pe.RECORD_COMM, struct.pack("<II", 5, 5) + b"x\0".ljust(8, b"\0"), 124,
+                    misc=pe.MISC_COMM_EXEC)
+    raw = np.frombuffer(samples[:100].tobytes() + mmap2 + samples[100:299].tobytes() + exec_
+                        + samples[299:].tobytes(), np.uint8)
+
+    class Counts:
+        lost = throttled = 0
+    others = []
+    found = pe.parse_samples(raw, dtype, Counts(), others)
+    assert found["ip"].tolist() == samples["ip"].tolist()
+    queue = TaskRecords(pe.SAMPLE_IP | pe.SAMPLE_TID | pe.SAMPLE_TIME | pe.SAMPLE_CPU)
+    queue.add(others)
+    assert queue.take() == [MapRecord(123, 5, 5, 0x400000, 0x402000, 0x1000, "/usr/bin/x", 77),
+                            ExecRecord(124, 5, 5, "x")]
+
+
+# -- the code map, per process ----------------------------------------------
+
+def test_the_same_code_in_two_processes_at_other_addresses_gives_the_same_entries():
+    rows = [{"start": 0x5000_0000, "end": 0x5001_0000, "offset": 0x1000, "path": "/bin/gz",
+             "t_ns": 10, "pid": 100},
+            {"start": 0x6000_0000, "end": 0x6001_0000, "offset": 0x1000, "path": "/bin/gz",
+             "t_ns": 20, "pid": 200},
+            {"start": 0x6000_0000, "end": 0x6001_0000, "offset": 0, "path": "/bin/sh"}]
+    ips = np.array([0x5000_0400, 0x6000_0400, 0x6000_0400, 0x5000_0400], np.uint64)
+    t = np.array([50, 50, 50, 50], np.int64)
+    pids = np.array([100, 200, 300, 200], np.int32)
+    out = np.empty(4, np.int32)
+    CodeMap.from_mappings(rows).bins(ips, t, 12, 1024, out, pids=pids)
+    ref = code_bins_reference(ips, t, rows, 12, 1024, pids)
+    assert out.tolist() == ref.tolist()
+    assert out[0] == out[1]             # gz in process 100 and in 200
+    assert out[2] != out[1]             # process 300 has only the shared /bin/sh there
+    unknown = CodeMap.from_mappings(rows).unknown(ips, t, pids)
+    assert unknown.tolist() == [False, False, False, True]   # 200 has nothing at 0x5000_0400
+
+
+# -- whole runs ----------------------------------------------------------------
+
+def test_a_loop_of_short_gzip_children_is_one_phase_named_as_perf_names_it(tmp_path):
+    """Six gzip children, each a fresh address layout, are one behaviour:
+    one phase (or one and a transition), and its code is gzip's (stripped on
+    Debian, so named ``[gzip]``, as ``perf report`` shows it)."""
+    big = compressible(tmp_path / "BIG", 8)
+    summary = tmp_path / "s.json"
+    phasewatch("run", "--json", summary, "--", "bash", "-c",
+               f"for i in 1 2 3 4 5 6; do gzip -c {big} > /dev/null; done")
+    phases = phases_of(summary)
+    sizes = sorted(p["intervals"] for p in phases)
+    assert len(phases) == 1 or (len(phases) == 2 and sizes[0] == 1), phases
+    assert sum(sizes) >= 12, phases        # the loop lasted long enough to judge
+    main = max(phases, key=lambda p: p["intervals"])
+    top = main["top_functions"][0]
+    assert top["name"] in ("[gzip]", "deflate", "longest_match", "fill_window"), main
+    assert top["share"] > 0.5, main
+
+
+def distinct_tools(project: Path) -> set[str]:
+    """The programs a build of ``project`` runs: make, the gcc driver, and
+    those the driver lists for a compile and a link (``gcc -###``), with
+    the linker collect2 runs."""
+    tools = {"make", "gcc"}
+    for args in (["-c", "m1.c", "-o", "/dev/null"], ["m1.o", "-o", "/dev/null"]):
+        listed = subprocess.run(["gcc", "-###", "-O2", *args], capture_output=True, text=True,
+                                cwd=project).stderr
+        tools |= {os.path.basename(line.split()[0].strip('"')) for line in listed.splitlines()
+                  if line.startswith(" ")}
+    if "collect2" in tools:
+        tools.add("ld")
+    return tools
+
+
+def small_c_project(root: Path, files: int = 8) -> Path:
+    root.mkdir()
+    for i in range(1, files + 1):
+        body = "\n".join(
+            f"int f{i}_{j}(struct rec *r, int n) {{ int s = 0; for (int k = 0; k < n; k++) "
+            f"{{ s += r[k].a[k % 16] * {j}; if (s > 1000) s -= r[k].a[(k + {j}) % 16]; }} "
+            f"qsort(r, n, sizeof *r, cmp); return s + (int) strlen(r[0].name); }}"
+            for j in range(1, 41))
+        calls = " ".join(f"s += f{i}_{j}(r, 64);" for j in range(1, 41))
+        (root / f"m{i}.c").write_text(
+            "#include <stdlib.h>\n#include <string.h>\n"
+            "struct rec { int a[16]; double d; char name[32]; };\n"
+            "static int cmp(const void *x, const void *y) "
+            "{ return ((const struct rec *) x)->a[0] - ((const struct rec *) y)->a[0]; }\n"
+            f"{body}\nint run{i}(void) {{ static struct rec r[64]; int s = 0; {calls} return s; }}\n")
+    decls = " ".join(f"int run{i}(void);" for i in range(1, files + 1))
+    total = " + ".join(f"run{i}()" for i in range(1, files + 1))
+    (root / "main.c").write_text(f"#include <stdio.h>\n{decls}\n"
+                                 f"int main(void) {{ printf(\"%d\\n\", {total}); return 0; }}\n")
+    objects = " ".join(["main.o"] + [f"m{i}.o" for i in range(1, files + 1)])
+    (root / "Makefile").write_text(f"prog: {objects}\n\tgcc -O2 -o $@ {objects}\n"
+                                   "%.o: %.c\n\tgcc -O2 -c -o $@ $<\n")
+    return root
+
+
+def test_make_j2_of_a_small_c_project_has_no_more_phases_than_tools(tmp_path):
+    project = small_c_project(tmp_path / "proj")
+    tools = distinct_tools(project)
+    assert {"cc1", "as", "collect2"} <= tools, tools
+    summary = tmp_path / "s.json"
+    phasewatch("run", "--json", summary, "--", "make", "-s", "-j2", cwd=project)
+    assert (project / "prog").exists()
+    phases = phases_of(summary)
+    assert sum(p["intervals"] for p in phases) >= 8, phases
+    assert len(phases) <= len(tools), (phases, tools)
+    named = {f["name"] for p in phases for f in p["top_functions"]}
+    assert any("cc1" in name for name in named) or any(
+        not name.startswith("[") for name in named), named
+    assert "[unknown]" not in named, named
+
+
+def test_pprof_of_a_script_names_the_c_program_s_functions_live_and_replayed(tmp_path):
+    exe = tmp_path / "hot"
+    subprocess.run(["gcc", "-O2", "-g", "-o", exe, "-x", "c", "-"], input=HOT_C, text=True,
+                   check=True)
+    script = tmp_path / "run.sh"
+    script.write_text(f"#!/bin/sh\n{exe} 150000000 > /dev/null\n{exe} 150000000 > /dev/null\n")
+    script.chmod(0o755)
+    live, trace, replayed = tmp_path / "live.pb.gz", tmp_path / "t.arrow", tmp_path / "r.pb.gz"
+    phasewatch("run", "-q", "--pprof", live, "--record", trace, "--", script)
+    phasewatch("replay", trace, "--pprof", replayed)
+    for profile in (live, replayed):
+        top = go_pprof("-top", profile)
+        shares = {m.group(2): float(m.group(1)) for m in
+                  re.finditer(r"^\s*\S+\s+([\d.]+)%\s+\S+%\s+\S+\s+\S+%\s+(\S+)$", top, re.M)}
+        assert shares.get("spin_alpha", 0) + shares.get("spin_beta", 0) > 80, top
+        assert min(shares.get("spin_alpha", 0), shares.get("spin_beta", 0)) > 10, top
