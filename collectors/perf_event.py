@@ -280,17 +280,20 @@ def _walk(raw: np.ndarray, dtype: np.dtype, counts, others: list | None) -> np.n
     width = dtype.itemsize
     runs = []
     pos, end = 0, len(raw)
+    raw = np.ascontiguousarray(raw)
     while pos + 8 <= end:
-        n = _sample_run(raw, pos, end, width)
-        if n:
+        rtype, _misc, size = struct.unpack_from("<IHH", raw, pos)
+        if rtype == RECORD_SAMPLE and size == width:
+            n = _sample_run(raw, pos, end, width)
+            if n == 0:                  # cut short
+                break
             runs.append(raw[pos:pos + n * width])
             pos += n * width
             continue
-        rtype, _misc, size = struct.unpack_from("<IHH", raw[pos:pos + 8].tobytes())
         if size == 0 or pos + size > end:
             break
         if rtype == RECORD_LOST:
-            counts.lost += struct.unpack_from("<Q", raw[pos + 16:pos + 24].tobytes())[0]
+            counts.lost += struct.unpack_from("<Q", raw, pos + 16)[0]
         elif rtype == RECORD_THROTTLE:
             counts.throttled += 1
         elif rtype != RECORD_SAMPLE and others is not None:
