@@ -47,6 +47,11 @@ def phases_of(summary: Path) -> list[dict]:
     return json.loads(summary.read_text())["phases"]
 
 
+def interval_phases(results: Path) -> list[int]:
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    return [r["phase"] for r in rows if "index" in r]
+
+
 def compressible(path: Path, megabytes: int) -> Path:
     """Words of a small vocabulary: gzip takes about 0.1 s a megabyte here."""
     rng = np.random.default_rng(7)
@@ -142,9 +147,15 @@ def test_a_loop_of_short_gzip_children_is_one_phase_named_as_perf_names_it(tmp_p
     one phase (or one and a transition), and its code is gzip's (stripped on
     Debian, so named ``[gzip]``, as ``perf report`` shows it)."""
     big = compressible(tmp_path / "BIG", 8)
-    summary = tmp_path / "s.json"
-    phasewatch("run", "--json", summary, "--", "bash", "-c",
+    summary, trace = tmp_path / "s.json", tmp_path / "t.arrow"
+    live, replayed = tmp_path / "live.jsonl", tmp_path / "replayed.jsonl"
+    phasewatch("run", "--json", summary, "--record", trace, "--output", live, "--", "bash", "-c",
                f"for i in 1 2 3 4 5 6; do gzip -c {big} > /dev/null; done")
+    phasewatch("replay", trace, "--output", replayed)
+    assert interval_phases(replayed) == interval_phases(live)      # the recorded mappings
+    rows = [json.loads(line) for line in open(f"{trace}.mappings.jsonl")]
+    gzips = {r["pid"] for r in rows if r.get("pid") and r["path"].endswith("/gzip")}
+    assert len(gzips) == 6, rows
     phases = phases_of(summary)
     sizes = sorted(p["intervals"] for p in phases)
     assert len(phases) == 1 or (len(phases) == 2 and sizes[0] == 1), phases
