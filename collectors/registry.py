@@ -327,7 +327,7 @@ def check_perf(host: Host) -> Offer:
     counters = tuple(n for n in ("instructions", "cycles") if checks.counter_row(n).available)
     pmu = tuple(n for n in perf_msr.available_columns(host.sys_root)
                 if checks.msr_pmu_in_process(n) is None)
-    return Offer("perf", IP_COLUMNS + counters + pmu, ip.source)
+    return Offer("perf", IP_COLUMNS + counters + pmu + ("pid",), ip.source)
 
 
 @check_perf.opener

@@ -23,7 +23,9 @@ from test_run import TIMEOUT
 from phasewatch.collectors import perf_event as pe
 from phasewatch.collectors.perf_records import ExecRecord, MapRecord, TaskRecord, TaskRecords
 from phasewatch.collectors.perf_source import PerfSource
+from phasewatch.core.batch import SampleBatch
 from phasewatch.core.codemap import CodeMap, code_bins_reference
+from phasewatch.live.process_maps import ProcessMappings
 
 BIN = Path(sys.executable).parent / "phasewatch"
 
@@ -138,6 +140,41 @@ def test_the_same_code_in_two_processes_at_other_addresses_gives_the_same_entrie
     assert out[2] != out[1]             # process 300 has only the shared /bin/sh there
     unknown = CodeMap.from_mappings(rows).unknown(ips, t, pids)
     assert unknown.tolist() == [False, False, False, True]   # 200 has nothing at 0x5000_0400
+
+
+class RowsOnly:
+    """What the sink asks of a pipeline: its mappings, and a new list of them."""
+
+    def __init__(self):
+        self.mappings = []
+        self.code_map = CodeMap.from_mappings([])
+
+    def set_mappings(self, rows):
+        self.mappings = list(rows)
+        self.code_map = CodeMap.from_mappings(self.mappings)
+
+
+def test_a_forked_child_has_its_parent_s_code_until_it_execs_another():
+    pipeline = RowsOnly()
+    sink = ProcessMappings(10, pipeline, read=lambda pid: [], records=lambda: [])
+    sink.take([MapRecord(100, 10, 10, 0x1000, 0x9000, 0x2000, "/bin/a", 1),
+               TaskRecord("fork", 200, 11, 10, 11, 10),
+               ExecRecord(300, 11, 11, "b"),
+               MapRecord(301, 11, 11, 0x1000, 0x9000, 0x2000, "/bin/b", 2)])
+    ips = np.full(3, 0x1400, np.uint64)
+    t = np.array([250, 400, 400], np.int64)
+    pids = np.array([11, 11, 10], np.int32)
+    out = np.empty(3, np.int32)
+    pipeline.code_map.bins(ips, t, 12, 1 << 20, out, pids=pids)
+    expect_a = np.empty(1, np.int32)
+    CodeMap.from_mappings([{"start": 0x1000, "end": 0x9000, "offset": 0x2000, "path": "/bin/a"}]
+                          ).bins(ips[:1], t[:1], 12, 1 << 20, expect_a)
+    assert out[0] == expect_a[0] == out[2]      # the child before its exec, and its parent
+    assert out[1] != out[0]                     # the child after: /bin/b's code
+    # A record read late never reaches back before a sample already classified.
+    sink.batch(SampleBatch({"t_ns": np.array([1000], np.int64), "cpu": np.zeros(1, np.int32)}))
+    sink.take([MapRecord(500, 12, 12, 0x1000, 0x2000, 0, "/bin/c", 3)])
+    assert pipeline.mappings[-1]["t_ns"] == 1001 and pipeline.mappings[-1]["pid"] == 12
 
 
 # -- whole runs ----------------------------------------------------------------

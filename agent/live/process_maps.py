@@ -57,6 +57,16 @@ def mapping_row(m: Mapping, t_ns: int | None, pid: int | None = None) -> dict:
     return row
 
 
+def task_records_of(source):
+    """What gives the perf records of the watched tree that ``source`` reads
+    (its ``take_records``), or None where it reads none (``kmod``, or a
+    source opened without ``task_records``)."""
+    meta = source.metadata
+    if any(part.get("task_records") for part in [meta, *meta.get("parts", [])]):
+        return getattr(source, "take_records", None)
+    return None
+
+
 def overlaps(a: dict, b: dict) -> bool:
     return int(a["start"]) < int(b["end"]) and int(b["start"]) < int(a["end"])
 

@@ -143,7 +143,7 @@ class Watch:
         from ..formats.results import PhaseSummary
         from .loop import LiveRun
         from .phase_functions import PhaseFunctions
-        from .process_maps import ProcessMappings
+        from .process_maps import ProcessMappings, task_records_of
         from .status import StatusLine
         from .symbolizer import Symbolizer
         from .tree_symbolizer import TreeSymbolizer
@@ -343,15 +343,6 @@ def load_kernels(settings: DetectionSettings, signals) -> None:
         batch["cpu"] = batch["tid"] = np.zeros(rows, np.int32)
         driver.take(SampleBatch(batch))
     driver.finish()
-
-
-def task_records_of(source):
-    """What gives the perf records of the watched tree that ``source`` reads
-    (its ``take_records``), or None where it reads none."""
-    meta = source.metadata
-    if any(part.get("task_records") for part in [meta, *meta.get("parts", [])]):
-        return getattr(source, "take_records", None)
-    return None
 
 
 def kernel_sampled(metadata: dict) -> bool:
