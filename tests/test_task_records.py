@@ -142,6 +142,35 @@ def test_the_same_code_in_two_processes_at_other_addresses_gives_the_same_entrie
     assert unknown.tolist() == [False, False, False, True]   # 200 has nothing at 0x5000_0400
 
 
+def test_kernel_and_reference_agree_over_mappings_of_several_processes():
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        rows = []
+        for _ in range(rng.integers(1, 25)):
+            start = int(rng.integers(1, 64)) << 16
+            row = {"start": start, "end": start + (int(rng.integers(1, 8)) << 16),
+                   "offset": int(rng.integers(0, 4)) << 12, "path": f"/bin/{rng.integers(0, 5)}",
+                   "t_ns": int(rng.integers(0, 100))}
+            pid = int(rng.integers(0, 4))
+            if pid:
+                row["pid"] = pid
+            rows.append(row)
+        n = 500
+        ips = rng.integers(1 << 16, 80 << 16, n).astype(np.uint64)
+        t = rng.integers(0, 120, n).astype(np.int64)
+        pids = rng.integers(0, 5, n).astype(np.int32)
+        for unmapped in (True, False):
+            out = np.empty(n, np.int32)
+            CodeMap.from_mappings(rows).bins(ips, t, 12, 1024, out, unmapped=unmapped, pids=pids)
+            ref = code_bins_reference(ips, t, rows, 12, 1024, pids)
+            if unmapped:
+                assert out.tolist() == ref.tolist(), rows
+            else:
+                unknown = CodeMap.from_mappings(rows).unknown(ips, t, pids)
+                assert ((out < 0) == unknown).all()
+                assert (out[~unknown] == ref[~unknown]).all()
+
+
 class RowsOnly:
     """What the sink asks of a pipeline: its mappings, and a new list of them."""
 
