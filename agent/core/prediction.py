@@ -104,7 +104,7 @@ class PredictionScore:
         if not total:
             return None
         at = int(np.searchsorted(np.cumsum(self.errors), (total + 1) // 2))
-        return (at + 0.5) * ERROR_BIN if at < len(self.errors) - 1 else ERROR_CAP
+        return round((at + 0.5) * ERROR_BIN, 4) if at < len(self.errors) - 1 else ERROR_CAP
 
     def summary(self) -> dict:
         """What ``run --json`` and replay tell of the predictions."""
@@ -151,6 +151,21 @@ class PredictionTap(Sink):
             live = self.live_phases(c.stream)
             if live is not None:
                 predictor.retain(live)
+
+    @classmethod
+    def for_pipeline(cls, pipeline) -> "PredictionTap":
+        """The tap of a command's one pipeline: bounded as its classifier,
+        and forgetting the phases the classifier retires."""
+        classifier = pipeline.classifier
+        retired = [classifier.retired]
+
+        def live(stream: str):
+            if classifier.retired == retired[0]:
+                return None
+            retired[0] = classifier.retired
+            ids = classifier.ids
+            return ids[ids >= 0].tolist()
+        return cls(classifier.params.max_phases, live)
 
     def forget_stream(self, name: str) -> None:
         """The stream has gone (a daemon's target): its predictor with it."""

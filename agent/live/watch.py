@@ -83,6 +83,7 @@ class WatchResult:
     energy: dict | None             # per phase, where RAPL was read
     failures: list[str]             # outputs that could not be written
     names: dict[int, str] = field(default_factory=dict)    # each phase's name
+    prediction: dict | None = None  # the scores of the phase predictions
 
 
 class Watch:
@@ -102,6 +103,7 @@ class Watch:
         self.tree = None
         self.functions: PhaseFunctions | None = None
         self.summary: PhaseSummary | None = None
+        self.prediction = None          # the tap that predicts the phases
         self.trace = None
         self.exit_status: int | None = None
         self.catalog = None
@@ -140,6 +142,7 @@ class Watch:
 
     def _start(self, feed: SourceThread):
         from ..core.driver import Driver
+        from ..core.prediction import PredictionTap
         from ..formats.results import PhaseSummary
         from .loop import LiveRun
         from .phase_functions import PhaseFunctions
@@ -164,9 +167,12 @@ class Watch:
         trace = self._trace() if self.options.record else None
         maps = ProcessMappings(child.pid, self.pipeline, record=trace, just_execd=True)
         self.trace = trace
-        # The trace first, energy before the command's own sinks (a profile
-        # takes each interval's energy when it is written, at the close).
-        sinks = [*([trace] if trace else []), maps, self.functions, pinning, self.summary,
+        self.prediction = PredictionTap.for_pipeline(self.pipeline)
+        # The trace first, the prediction before what writes it, energy
+        # before the command's own sinks (a profile takes each interval's
+        # energy when it is written, at the close).
+        sinks = [*([trace] if trace else []), maps, self.functions, pinning, self.prediction,
+                 self.summary,
                  *self.options.opened, *([self.options.energy] if self.options.energy else []),
                  *self.options.sinks(self)]
         driver = Driver(self.pipeline, sinks)
@@ -247,7 +253,8 @@ class Watch:
         }
         energy = self.options.energy
         return WatchResult(info, self.summary, self.pipeline.stats(), self.functions,
-                           energy.per_phase() if energy else None, failures, self._names())
+                           energy.per_phase() if energy else None, failures, self._names(),
+                           self.prediction.summary() if self.prediction else None)
 
     # -- the pieces ----------------------------------------------------------
 
