@@ -94,19 +94,24 @@ class Predictions:
     confidence_next: np.ndarray
     confidence_after_change: np.ndarray
     confidence_remaining: np.ndarray
+    #: Whether the prediction made on the interval before came true: 1, 0, or
+    #: -1 where there was none to score (core.prediction.PredictionScore).
+    outcome: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.next_phase)
 
     @classmethod
-    def of(cls, rows: list[Prediction], seconds_each: np.ndarray) -> "Predictions":
+    def of(cls, rows: list[Prediction], seconds_each: np.ndarray,
+           outcome: list[int] | None = None) -> "Predictions":
         """Columns from per-interval predictions; seconds are the remaining
         intervals times ``seconds_each`` (each interval's own duration)."""
         table = np.array(rows, np.float64).reshape(len(rows), len(Prediction._fields))
         remaining = table[:, 2].astype(np.int64)
         remaining_s = np.where(remaining >= 0, remaining * seconds_each, np.nan)
         return cls(table[:, 0].astype(np.int64), table[:, 1].astype(np.int64), remaining,
-                   remaining_s, table[:, 3], table[:, 4], table[:, 5])
+                   remaining_s, table[:, 3], table[:, 4], table[:, 5],
+                   None if outcome is None else np.asarray(outcome, np.int8))
 
 
 class _Runs:

@@ -131,22 +131,21 @@ class PredictionTap(Sink):
         self.live_phases = live_phases
         self.predictors: dict[str, PhasePredictor] = {}
         self.scores: dict[str, PredictionScore] = {}
-        #: Told each interval's stream, prediction and whether the one before was right.
-        self.listeners: list[Callable[[str, int, Prediction, bool | None], None]] = []
 
     def classified(self, c: Classified) -> None:
         iv = c.intervals
         if iv.partial or len(iv) == 0:
             return
         predictor, score = self._stream(c.stream)
-        rows = []
-        for phase in iv.phase.tolist():
+        rows, outcome = [], []
+        for phase, opened in zip(iv.phase.tolist(), iv.new_phase.tolist()):
+            if opened:      # an id opened afresh (a daemon's slot taken again): nothing of old
+                predictor.forget(phase)
             prediction = predictor.observe(phase)
             right = score.add(phase, prediction)
-            for listener in self.listeners:
-                listener(c.stream, phase, prediction, right)
             rows.append(prediction)
-        iv.prediction = Predictions.of(rows, (iv.t_end_ns - iv.t_start_ns) / 1e9)
+            outcome.append(-1 if right is None else int(right))
+        iv.prediction = Predictions.of(rows, (iv.t_end_ns - iv.t_start_ns) / 1e9, outcome)
         if self.live_phases is not None:
             live = self.live_phases(c.stream)
             if live is not None:
@@ -168,9 +167,14 @@ class PredictionTap(Sink):
         return cls(classifier.params.max_phases, live)
 
     def forget_stream(self, name: str) -> None:
-        """The stream has gone (a daemon's target): its predictor with it."""
+        """The stream has gone, or its phases were all retired (a daemon's
+        target): its predictor with it."""
         self.predictors.pop(name, None)
         self.scores.pop(name, None)
+
+    def forget_all(self) -> None:
+        self.predictors.clear()
+        self.scores.clear()
 
     def retire(self, stream: str, phases: Iterable[int]) -> None:
         predictor = self.predictors.get(stream)
