@@ -36,7 +36,9 @@ length (|predicted - true| / (true + 1), intervals).  Per workload (summed
 over seeds), and pooled per half.
 
 ``--overhead``: replay's time per interval with and without the prediction
-tap, on the same traces, side by side.
+tap, on the same traces (the test half's and the unseen set's, every seed),
+side by side: each trace opened, replayed through the driver into a results
+file, the median CPU time of ``--repeat`` runs, the two kinds interleaved.
 
 ``--set NAME=VALUE`` overrides a constant of phasewatch.core.predict
 (ORDER, KEPT, SUPPORT, CHANGE_SHARE): tune on the tuning half only.
@@ -68,7 +70,7 @@ from groundtruth_build import paths  # noqa: E402
 from groundtruth_workloads import WORKLOADS, available, half  # noqa: E402
 
 from phasewatch.core import predict  # noqa: E402
-from phasewatch.core.predict import NONE, PhasePredictor, Prediction  # noqa: E402
+from phasewatch.core.predict import NONE, PhasePredictor, Prediction, Predictions  # noqa: E402
 from phasewatch.core.prediction import PredictionScore  # noqa: E402
 
 CONDITION = "ip-only"
@@ -124,8 +126,8 @@ PREDICTORS = {"phasewatch": PhasePredictor, "last-value": LastValue,
 
 def scored(phases, make) -> PredictionScore:
     predictor, score = make(), PredictionScore()
-    for p in phases:
-        score.add(p, predictor.observe(p))
+    if phases:
+        score.add(np.array(phases), Predictions.of([predictor.observe(p) for p in phases], 1.0))
     return score
 
 
@@ -141,7 +143,7 @@ def merge(scores: list[PredictionScore]) -> dict:
 # ------------------------------------------------------------ sequences
 
 def held_out_sequences(workdir: str, which: str, samples: int, seeds: int,
-                       detector: str) -> dict[str, list[list[int]]]:
+                       detector: str, simpoint: bool = False) -> dict[str, list[list[int]]]:
     out = {}
     for w in WORKLOADS:
         if which not in ("all", half(w)) or available(w):
@@ -150,8 +152,33 @@ def held_out_sequences(workdir: str, which: str, samples: int, seeds: int,
         if not os.path.exists(p["bb"]):
             print(f"skipping {w.name}: no exp-bbv output in {workdir}", file=sys.stderr)
             continue
-        out[w.name] = [labels_of(w, workdir, samples, seed, detector) for seed in range(seeds)]
+        if simpoint:
+            out[w.name] = [[int(x) for x in prepare(w, workdir)["truth"]]]
+        else:
+            out[w.name] = [labels_of(w, workdir, samples, seed, detector)
+                           for seed in range(seeds)]
     return out
+
+
+def repeats(seqs: list[list[int]]) -> tuple[int, int]:
+    """Changes to a phase that followed the same phase before (what a
+    predictor of history can know), and intervals in a run of a phase that
+    had a finished run before."""
+    changes = intervals = 0
+    for seq in seqs:
+        pairs, finished = set(), set()
+        start = 0
+        for i in range(1, len(seq) + 1):
+            if i < len(seq) and seq[i] == seq[i - 1]:
+                continue
+            if seq[start] in finished:
+                intervals += i - start
+            if i < len(seq):
+                changes += (seq[i - 1], seq[i]) in pairs
+                pairs.add((seq[i - 1], seq[i]))
+                finished.add(seq[start])
+            start = i
+    return changes, intervals
 
 
 def labels_of(w, workdir: str, samples: int, seed: int, detector: str) -> list[int]:
@@ -194,9 +221,9 @@ def pct(x) -> str:
 
 def table(title: str, sequences: dict[str, list[list[int]]]) -> dict:
     print(f"\n### {title}\n")
-    print("| program | intervals | changes | next: pw | LV | MFS | at changes: pw | MFS "
-          "| foreseen | remaining error: pw | LV | MFS |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| program | intervals | changes | seen before | next: pw | LV | MFS | at changes: pw "
+          "| MFS | foreseen | in repeated runs | remaining error: pw | LV | MFS |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     pooled: dict[str, list] = {name: [] for name in PREDICTORS}
     rows = {}
     for program, seqs in sequences.items():
@@ -207,18 +234,25 @@ def table(title: str, sequences: dict[str, list[list[int]]]) -> dict:
             per[name] = merge(scores)
         pw, lv, mfs = per["phasewatch"], per["last-value"], per["most frequent successor"]
         intervals = sum(len(s) for s in seqs)
-        print(f"| {program} | {intervals} | {pw['changes']} | {pct(pw['next_accuracy'])} | "
-              f"{pct(lv['next_accuracy'])} | {pct(mfs['next_accuracy'])} | "
-              f"{pct(pw['change_accuracy'])} | {pct(mfs['change_accuracy'])} | "
-              f"{pw['changes_foreseen']} | {pct(pw['median_remaining_error'])} | "
+        seen, repeated = repeats(seqs)
+        print(f"| {program} | {intervals} | {pw['changes']} | {seen} | "
+              f"{pct(pw['next_accuracy'])} | {pct(lv['next_accuracy'])} | "
+              f"{pct(mfs['next_accuracy'])} | {pct(pw['change_accuracy'])} | "
+              f"{pct(mfs['change_accuracy'])} | {pw['changes_foreseen']} | "
+              f"{pct(repeated / intervals)} | {pct(pw['median_remaining_error'])} | "
               f"{pct(lv['median_remaining_error'])} | {pct(mfs['median_remaining_error'])} |")
-        rows[program] = per | {"intervals": intervals}
+        rows[program] = per | {"intervals": intervals, "changes_seen_before": seen,
+                               "intervals_in_repeated_runs": repeated}
     total = {name: merge(scores) for name, scores in pooled.items()}
     pw, lv, mfs = total["phasewatch"], total["last-value"], total["most frequent successor"]
-    print(f"| **pooled** | {sum(r['intervals'] for r in rows.values())} | {pw['changes']} | "
+    n = sum(r['intervals'] for r in rows.values())
+    seen = sum(r["changes_seen_before"] for r in rows.values())
+    repeated = sum(r["intervals_in_repeated_runs"] for r in rows.values())
+    print(f"| **pooled** | {n} | {pw['changes']} | {seen} | "
           f"**{pct(pw['next_accuracy'])}** | {pct(lv['next_accuracy'])} | "
           f"{pct(mfs['next_accuracy'])} | **{pct(pw['change_accuracy'])}** | "
           f"{pct(mfs['change_accuracy'])} | {pw['changes_foreseen']} | "
+          f"{pct(repeated / n if n else None)} | "
           f"**{pct(pw['median_remaining_error'])}** | {pct(lv['median_remaining_error'])} | "
           f"{pct(mfs['median_remaining_error'])} |")
     return {"programs": rows, "pooled": total}
@@ -238,12 +272,12 @@ def overhead(workdir: str, samples: int, detector: str, names: list[str], repeat
     from phasewatch.formats.results import ResultsSink
     from phasewatch.formats.tracefiles import open_trace
 
-    traces = [trace_path(workdir, w.name, samples, CONDITION, 0) for w in WORKLOADS
-              if w.name in names and os.path.exists(paths(workdir, w)["bb"])]
+    traces = [trace_path(workdir, w.name, samples, CONDITION, seed) for w in WORKLOADS
+              if w.name in names and os.path.exists(paths(workdir, w)["bb"]) for seed in range(3)]
     traces = [t for t in traces if os.path.exists(t)]
 
     def once(path: str, tap: bool) -> tuple[float, int]:
-        t0 = time.perf_counter()
+        t0 = time.process_time()        # CPU time: the host is shared
         source = open_trace(path, warn=lambda m: None)
         meta = source.metadata
         settings = DetectionSettings.given({"detector": detector}, meta.get("detection"))
@@ -257,7 +291,7 @@ def overhead(workdir: str, samples: int, detector: str, names: list[str], repeat
             driver.flush()
             driver.close()
         source.close()
-        return time.perf_counter() - t0, pipeline.count
+        return time.process_time() - t0, pipeline.count
 
     for path in traces:
         once(path, True)        # the kernels compiled and loaded, the file cached
@@ -284,6 +318,8 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--detector", default="vpf-ip")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--simpoint", action="store_true",
+                    help="also SimPoint's reference labels of each program as a phase sequence")
     ap.add_argument("--live", action="store_true", help="also the live test programs")
     ap.add_argument("--overhead", action="store_true", help="also replay's time with the tap")
     ap.add_argument("--repeat", type=int, default=5)
@@ -304,19 +340,26 @@ def main() -> int:
         if seqs:
             note = " (the predictor's constants were chosen on it)" if which == "tuning" else ""
             result[which] = table(f"{which} half{note}", seqs)
+    if args.simpoint:
+        for which in halves:
+            seqs = held_out_sequences(args.workdir, which, args.samples, 1, args.detector, True)
+            if seqs:
+                result[f"simpoint {which}"] = table(
+                    f"{which} half, SimPoint's reference labels (offline k-means of the "
+                    f"basic-block vectors) as the phase sequence", seqs)
     if args.live:
         with tempfile.TemporaryDirectory() as d:
             result["live"] = table("live test programs (one run each, 100 samples an interval)",
                                    live_sequences(Path(d)))
     if args.overhead:
-        names = [w.name for w in WORKLOADS if half(w) == "test"]
+        names = [w.name for w in WORKLOADS if half(w) in ("test", "unseen")]
         o = overhead(args.workdir, args.samples, args.detector, names, args.repeat)
         result["overhead"] = o
         w, wo = o["with"]["us_per_interval"], o["without"]["us_per_interval"]
-        print(f"\nreplay (trace read, driver, results file) of the test half's traces, seed 0: "
+        print(f"\nreplay (trace read, driver, results file) of the test half's and unseen set's traces: "
               f"{wo:.1f} µs an interval without the prediction tap, {w:.1f} µs with it "
               f"(+{100 * (w / wo - 1):.1f} %), {o['with']['intervals']} intervals, "
-              f"median of {args.repeat}")
+              f"CPU time, median of {args.repeat}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return 0

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from phasewatch.core import predict
 from phasewatch.core.pipeline import Intervals
-from phasewatch.core.predict import NONE, PhasePredictor, Prediction
+from phasewatch.core.predict import NONE, PhasePredictor, Prediction, Predictions
 from phasewatch.core.prediction import ERROR_BIN, ERROR_CAP, PredictionScore, PredictionTap
 from phasewatch.core.source import Classified
 
@@ -125,7 +125,7 @@ def test_memory_is_bounded_over_1e5_intervals_of_random_phases():
     assert len(p.memory) == 64
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(-1, 5), min_size=1, max_size=300))
 def test_predictions_are_well_formed(seq):
     p = PhasePredictor(max_phases=4)
@@ -136,18 +136,27 @@ def test_predictions_are_well_formed(seq):
             assert s == predict.UNKNOWN
             continue
         seen.add(x)
+        assert s == p.outlook._at(p.length)     # kept along its span: as computed afresh
         assert s.next_phase == x or s.next_phase == s.after_change
         assert s.after_change == NONE or (s.after_change in seen and s.after_change != x)
         assert s.remaining >= 0
         assert all(0.0 <= c <= 1.0 for c in s[3:])
 
 
+def scored(score: PredictionScore, seq, rows, blocks=1) -> np.ndarray:
+    """The score given the sequence in ``blocks`` pieces; the outcomes."""
+    cuts = np.linspace(0, len(seq), blocks + 1).astype(int)
+    out = [score.add(np.array(seq[a:b]), Predictions.of(rows[a:b], 1.0))
+           for a, b in zip(cuts, cuts[1:]) if b > a]
+    return np.concatenate(out)
+
+
 def test_score_counts_what_came_true():
     score = PredictionScore()
     # predictions of a last-value predictor on A A B B A
     seq = [A, A, B, B, A]
-    for i, x in enumerate(seq):
-        score.add(x, Prediction(x, B if x == A else A, 0, 1.0, 1.0, 1.0))
+    rows = [Prediction(x, B if x == A else A, 0, 1.0, 1.0, 1.0) for x in seq]
+    assert scored(score, seq, rows, blocks=2).tolist() == [-1, 1, 0, 1, 0]
     assert (score.next_right, score.next_wrong) == (2, 2)
     assert (score.change_right, score.change_wrong) == (2, 0)
     assert score.foreseen == 0
@@ -155,14 +164,14 @@ def test_score_counts_what_came_true():
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 12)), min_size=2, max_size=30),
-       st.integers(0, 2**31))
-def test_median_remaining_error_is_the_exact_median(pairs, seed):
+       st.integers(0, 2**31), st.integers(1, 5))
+def test_median_remaining_error_is_the_exact_median(pairs, seed, blocks):
     seq = runs(*pairs)
     rng = np.random.default_rng(seed)
     guesses = rng.integers(0, 15, len(seq))
     score = PredictionScore()
-    for x, g in zip(seq, guesses.tolist()):
-        score.add(x, Prediction(x, NONE, g, 0.0, 0.0, 0.0))
+    scored(score, seq, [Prediction(x, NONE, g, 0.0, 0.0, 0.0)
+                        for x, g in zip(seq, guesses.tolist())], blocks)
     errors = []         # the last run is cut off: not scored
     changes = [i + 1 for i in change_points(seq)]
     for start, end in zip([0] + changes, changes):
@@ -219,3 +228,12 @@ def test_tap_forgets_phases_the_classifier_retired():
     iv = intervals_of(runs((A, 3), (B, 3), (C, 3)))
     tap.classified(Classified("", iv, iv.phase))
     assert set(tap.predictors[""].memory) == {A, C}
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(-1, 4), min_size=1, max_size=200), st.integers(2, 9))
+def test_scores_do_not_depend_on_how_the_intervals_are_split(seq, blocks):
+    rows = predictions(seq)
+    whole, split = PredictionScore(), PredictionScore()
+    assert scored(whole, seq, rows).tolist() == scored(split, seq, rows, blocks).tolist()
+    assert whole.summary() == split.summary()

@@ -102,16 +102,14 @@ class Predictions:
         return len(self.next_phase)
 
     @classmethod
-    def of(cls, rows: list[Prediction], seconds_each: np.ndarray,
-           outcome: list[int] | None = None) -> "Predictions":
+    def of(cls, rows: list[Prediction], seconds_each) -> "Predictions":
         """Columns from per-interval predictions; seconds are the remaining
         intervals times ``seconds_each`` (each interval's own duration)."""
         table = np.array(rows, np.float64).reshape(len(rows), len(Prediction._fields))
         remaining = table[:, 2].astype(np.int64)
         remaining_s = np.where(remaining >= 0, remaining * seconds_each, np.nan)
         return cls(table[:, 0].astype(np.int64), table[:, 1].astype(np.int64), remaining,
-                   remaining_s, table[:, 3], table[:, 4], table[:, 5],
-                   None if outcome is None else np.asarray(outcome, np.int8))
+                   remaining_s, table[:, 3], table[:, 4], table[:, 5])
 
 
 class _Runs:
@@ -143,11 +141,15 @@ class _Runs:
 class _Outlook:
     """What the runs alike say for a run of one phase.  ``levels`` are its
     runs by context, the most specific first; where none names a successor,
-    it is the phase before (a return: A, B, A), a guess.  What the runs
-    alike say is cached per level and first run alike (the runs alike
-    change only where ``n`` passes a length)."""
+    it is the phase before (a return: A, B, A), a guess.
 
-    __slots__ = ("phase", "levels", "back", "successors", "alike", "horizon")
+    The runs alike change only where ``n`` passes a length: between two
+    lengths the prediction is the same but for the remaining intervals,
+    which count down (beyond every length: up, as long again).  So each
+    prediction is kept with the span of ``n`` it holds for."""
+
+    __slots__ = ("phase", "levels", "back", "successors", "alike", "horizon", "stops",
+                 "span", "kept")
 
     def __init__(self, phase: int, levels: list[_Runs], back: int):
         self.phase = phase
@@ -155,9 +157,26 @@ class _Outlook:
         self.back = back              # the phase of the run before (NONE: none)
         self.successors: dict[tuple[int, int], tuple[int, float]] = {}
         self.alike: dict[tuple[int, int], tuple[int, int, int, int, float]] = {}
-        self.horizon = max((runs.lengths[-1] for runs in levels if runs.lengths), default=0)
+        self.stops = sorted({length for runs in levels for length in runs.lengths})
+        self.horizon = self.stops[-1] if self.stops else 0
+        self.span = (1, 0)            # the n the kept prediction holds for (none yet)
+        self.kept: tuple = ()         # (prediction, remaining at n = 0, +1 or -1 per n)
 
     def at(self, n: int) -> Prediction:
+        lo, hi = self.span
+        if lo <= n <= hi:
+            p, base, step = self.kept
+            return Prediction(p[0], p[1], base + step * n, p[3], p[4], p[5])
+        p = self._at(n)
+        if n > self.horizon:
+            self.span, self.kept = (n, 1 << 62), (p, 0, 1)
+        else:
+            after = bisect_left(self.stops, n)
+            hi = n if self.stops[after] == n else self.stops[after] - 1
+            self.span, self.kept = (n, hi), (p, p.remaining + n, -1)
+        return p
+
+    def _at(self, n: int) -> Prediction:
         after, share = self._successor(n)
         if n <= self.horizon:
             last = len(self.levels) - 1

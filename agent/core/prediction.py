@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 
-from .predict import MAX_PHASES, NONE, UNKNOWN, PhasePredictor, Prediction, Predictions
+from .predict import MAX_PHASES, NONE, PhasePredictor, Predictions
 from .source import Sink
 
 if TYPE_CHECKING:
@@ -46,49 +46,68 @@ class PredictionScore:
         self.change_right = self.change_wrong = 0       # the phase after a change
         self.foreseen = 0                               # changes the next-interval prediction named
         self.errors = np.zeros(int(ERROR_CAP / ERROR_BIN) + 1, np.int64)
-        self.phase = NONE
-        self.last: Prediction = UNKNOWN
-        self.run = 0
-        self.pending: list[tuple[int, int]] = []        # (position in the run, predicted remaining)
+        self.phase = NONE               # the last interval's phase
+        self.last_next = self.last_after = NONE     # and what was predicted on it
+        self.run = 0                    # intervals in the current run so far
+        self.pending_at: list[np.ndarray] = []      # positions in the run, predicted remaining
+        self.pending_left: list[np.ndarray] = []
+        self.pending = 0
         self.stride = 1
 
-    def add(self, phase: int, prediction: Prediction) -> bool | None:
-        """The next interval's phase and the prediction made on it; whether
-        the prediction made on the interval before was right (None: there
-        was none to score)."""
-        right = None
-        if phase >= 0 and self.phase >= 0:
-            right = self.last.next_phase == phase
-            self.next_right += right
-            self.next_wrong += not right
-            if phase != self.phase:
-                self.foreseen += right
-                changed_right = self.last.after_change == phase
-                self.change_right += changed_right
-                self.change_wrong += not changed_right
-        if phase != self.phase:
-            self._run_ended()
-        if phase >= 0:
-            self.run += 1
-            if self.run % self.stride == 0:
-                self._pend(prediction.remaining)
-        self.phase, self.last = phase, prediction
-        return right
+    def add(self, phases: np.ndarray, predicted: Predictions) -> np.ndarray:
+        phases = np.asarray(phases, np.int64)
+        """The phases of the next intervals and the predictions made on
+        them; whether each interval's phase was the one predicted on the
+        interval before (1, 0; -1 where there was none to score)."""
+        before = np.concatenate([[self.phase], phases[:-1]])
+        said_next = np.concatenate([[self.last_next], predicted.next_phase[:-1]])
+        said_after = np.concatenate([[self.last_after], predicted.after_change[:-1]])
+        scored = (phases >= 0) & (before >= 0)
+        right = scored & (said_next == phases)
+        change = scored & (phases != before)
+        changed_right = change & (said_after == phases)
+        self.next_right += int(right.sum())
+        self.next_wrong += int(scored.sum()) - int(right.sum())
+        self.foreseen += int((change & right).sum())
+        self.change_right += int(changed_right.sum())
+        self.change_wrong += int(change.sum()) - int(changed_right.sum())
+        self._runs(phases, before, predicted.remaining)
+        self.phase = int(phases[-1])
+        self.last_next, self.last_after = int(predicted.next_phase[-1]), int(predicted.after_change[-1])
+        return np.where(scored, right, -1).astype(np.int8)
 
-    def _pend(self, remaining: int) -> None:
-        self.pending.append((self.run, remaining))
-        if len(self.pending) >= PENDING:
-            self.pending = self.pending[1::2]
-            self.stride *= 2
+    def _runs(self, phases: np.ndarray, before: np.ndarray, remaining: np.ndarray) -> None:
+        """Each run's predictions of its remaining length kept until it ends."""
+        bounds = [0, *np.flatnonzero(phases != before).tolist(), len(phases)]
+        for k, (start, end) in enumerate(zip(bounds, bounds[1:])):
+            if k:               # a run ended before this one
+                self._run_ended()
+            if end > start and phases[start] >= 0:
+                at = self.run + 1 + np.arange(end - start)
+                keep = at % self.stride == 0
+                self._pend(at[keep], remaining[start:end][keep])
+                self.run += end - start
+
+    def _pend(self, at: np.ndarray, left: np.ndarray) -> None:
+        self.pending_at.append(at)
+        self.pending_left.append(left)
+        self.pending += len(at)
+        if self.pending >= PENDING:
+            at, left = np.concatenate(self.pending_at), np.concatenate(self.pending_left)
+            keep = at % (2 * self.stride) == 0
+            self.pending_at, self.pending_left = [at[keep]], [left[keep]]
+            self.pending, self.stride = int(keep.sum()), 2 * self.stride
 
     def _run_ended(self) -> None:
         if self.pending:
-            at, predicted = np.array(self.pending, np.float64).T
+            at = np.concatenate(self.pending_at).astype(np.float64)
+            predicted = np.concatenate(self.pending_left).astype(np.float64)
             true = self.run - at
             error = np.abs(predicted - true) / (true + 1)
             bins = np.minimum((error / ERROR_BIN).astype(np.int64), len(self.errors) - 1)
             self.errors += np.bincount(bins, minlength=len(self.errors))
-        self.pending, self.stride, self.run = [], 1, 0
+        self.pending_at, self.pending_left, self.pending = [], [], 0
+        self.stride, self.run = 1, 0
 
     @property
     def next_accuracy(self) -> float | None:
@@ -137,15 +156,13 @@ class PredictionTap(Sink):
         if iv.partial or len(iv) == 0:
             return
         predictor, score = self._stream(c.stream)
-        rows, outcome = [], []
+        rows = []
         for phase, opened in zip(iv.phase.tolist(), iv.new_phase.tolist()):
             if opened:      # an id opened afresh (a daemon's slot taken again): nothing of old
                 predictor.forget(phase)
-            prediction = predictor.observe(phase)
-            right = score.add(phase, prediction)
-            rows.append(prediction)
-            outcome.append(-1 if right is None else int(right))
-        iv.prediction = Predictions.of(rows, (iv.t_end_ns - iv.t_start_ns) / 1e9, outcome)
+            rows.append(predictor.observe(phase))
+        iv.prediction = Predictions.of(rows, (iv.t_end_ns - iv.t_start_ns) / 1e9)
+        iv.prediction.outcome = score.add(iv.phase, iv.prediction)
         if self.live_phases is not None:
             live = self.live_phases(c.stream)
             if live is not None:
