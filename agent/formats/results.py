@@ -9,6 +9,7 @@ score of putting everything in one phase.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -83,12 +84,20 @@ def _prediction_columns(iv: Intervals, number, nothing: str) -> list[list[str]]:
         return [str(x) if x >= 0 else nothing for x in column.tolist()]
 
     def confidences(column):
-        return [repr(round(x, CONFIDENCE_PLACES)) if k else nothing
-                for x, k in zip(column.tolist(), known.tolist())]
+        text = _confidence_texts()
+        at = np.where(known, np.rint(column * 10 ** CONFIDENCE_PLACES), -1).astype(np.int64)
+        return [text[k] if k >= 0 else nothing for k in at.tolist()]
     return [ids(pr.next_phase), ids(pr.after_change), ids(pr.remaining),
             [number(x) for x in pr.remaining_s.tolist()],
             confidences(pr.confidence_next), confidences(pr.confidence_after_change),
             confidences(pr.confidence_remaining)]
+
+
+@functools.cache
+def _confidence_texts() -> list[str]:
+    """Each confidence of :data:`CONFIDENCE_PLACES` places as JSON spells it."""
+    scale = 10 ** CONFIDENCE_PLACES
+    return [repr(round(k / scale, CONFIDENCE_PLACES)) for k in range(scale + 1)]
 
 
 def json_lines(iv: Intervals) -> str:
