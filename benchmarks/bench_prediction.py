@@ -131,6 +131,23 @@ def scored(phases, make) -> PredictionScore:
     return score
 
 
+def warm_scores(seqs: list[list[int]]) -> list[PredictionScore]:
+    """Each run after the first scored by a predictor that kept its memory
+    from the runs before (the run itself starts afresh): what a memory kept
+    beside the phase catalogue would give a program's next run.  The ids
+    are each run's own (in order of appearance), which match across runs of
+    one program where its phases appear in the same order."""
+    predictor, out = PhasePredictor(), []
+    for k, phases in enumerate(seqs):
+        predictor.phase, predictor.length, predictor.before = NONE, 0, ()
+        said = Predictions.of([predictor.observe(p) for p in phases], 1.0)
+        if k:
+            score = PredictionScore()
+            score.add(np.array(phases), said)
+            out.append(score)
+    return out
+
+
 def merge(scores: list[PredictionScore]) -> dict:
     total = PredictionScore()
     for s in scores:
@@ -244,6 +261,13 @@ def table(title: str, sequences: dict[str, list[list[int]]]) -> dict:
         rows[program] = per | {"intervals": intervals, "changes_seen_before": seen,
                                "intervals_in_repeated_runs": repeated}
     total = {name: merge(scores) for name, scores in pooled.items()}
+    warm = [s for seqs in sequences.values() for s in warm_scores(seqs)]
+    if warm:
+        w = merge(warm)
+        print(f"| pooled, each seed after the first with the memory of the seeds before | | "
+              f"{w['changes']} | | {pct(w['next_accuracy'])} | | | {pct(w['change_accuracy'])} "
+              f"| | {w['changes_foreseen']} | | {pct(w['median_remaining_error'])} | | |")
+        total["warm"] = w
     pw, lv, mfs = total["phasewatch"], total["last-value"], total["most frequent successor"]
     n = sum(r['intervals'] for r in rows.values())
     seen = sum(r["changes_seen_before"] for r in rows.values())

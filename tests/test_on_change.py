@@ -93,3 +93,28 @@ def test_an_empty_hook_is_refused_in_one_line(tmp_path):
     assert proc.returncode != 0
     assert "--on-change" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert "Traceback" not in proc.stderr
+
+
+def test_a_second_run_foresees_the_first_change_from_the_catalogue(abab, tmp_path):
+    """What the predictor learnt goes into the phase catalogue beside the
+    phases: a second run of the program foresees its first change, which a
+    first run cannot."""
+    catalog = tmp_path / "catalog.sqlite"
+
+    def one_run(name: str):
+        log = tmp_path / f"{name}.log"
+        proc = subprocess.run([str(BIN), "run", "-q", "--detector", "vpf-ip", "--interval-samples",
+                               "100", "--catalog", catalog, "--on-change-within", str(WITHIN),
+                               "--on-change", HOOK.format(log=log), "--",
+                               abab.parent / "alternate", "2", "1", "2"],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        first_b = next(int(line.split()[2]) for line in proc.stdout.splitlines()
+                       if line.startswith("start B"))
+        fired = [tuple(int(x) for x in line.split())
+                 for line in (log.read_text().splitlines() if log.exists() else [])]
+        return [f for f in fired if f[0] < first_b]
+    assert one_run("first") == []
+    before = one_run("second")
+    assert len(before) == 1, before
+    assert before[0][2] != before[0][3]         # from A's phase, naming another (B's)

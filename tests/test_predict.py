@@ -237,3 +237,41 @@ def test_scores_do_not_depend_on_how_the_intervals_are_split(seq, blocks):
     whole, split = PredictionScore(), PredictionScore()
     assert scored(whole, seq, rows).tolist() == scored(split, seq, rows, blocks).tolist()
     assert whole.summary() == split.summary()
+
+
+def test_a_later_run_starts_from_what_an_earlier_one_learnt():
+    first = PhasePredictor()
+    for x in runs(*[(A, 6), (B, 3)] * 4):
+        first.observe(x)
+    memory = first.memory_dict()
+    import json
+    memory = json.loads(json.dumps(memory))        # as the catalogue keeps it
+    cold, warm = PhasePredictor(), PhasePredictor()
+    assert warm.seed(memory, known=[A, B])
+    seq = runs((A, 6), (B, 3))
+    said_cold = [cold.observe(x) for x in seq]
+    said_warm = [warm.observe(x) for x in seq]
+    assert said_warm[5].next_phase == B and said_warm[5].remaining == 0     # foreseen
+    assert said_cold[5].next_phase == A                                     # nothing known
+    assert [s.remaining for s in said_warm[:6]] == [5, 4, 3, 2, 1, 0]
+
+
+def test_seeding_keeps_only_the_phases_still_known():
+    first = PhasePredictor()
+    for x in runs(*[(A, 2), (B, 2), (C, 2)] * 3):
+        first.observe(x)
+    p = PhasePredictor()
+    assert p.seed(first.memory_dict(), known=[A, C])
+    assert set(p.memory) == {A, C}
+    assert all(B not in context for contexts in p.memory.values() for context in contexts)
+    assert all(s != B for contexts in p.memory.values() for runs_ in contexts.values()
+               for s in runs_.successors)
+
+
+@pytest.mark.parametrize("memory", [{}, {"version": 99, "phases": []},
+                                    {"version": 1, "phases": [[0, [[[1], [["x", 2]]]]]]},
+                                    {"version": 1, "phases": "nonsense"}])
+def test_a_memory_that_is_not_one_is_left_out(memory):
+    p = PhasePredictor()
+    assert p.seed(memory, known=[0, 1]) is False
+    assert p.memory == {}

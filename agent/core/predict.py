@@ -31,7 +31,10 @@ remaining time where only the time elapsed is known).
 
 Memory is bounded: :data:`KEPT` runs per context, :data:`CONTEXTS` contexts
 per phase, ``max_phases`` phases (the least recently seen dropped first, as
-the classifier retires them).  A phase's memory goes when it is retired
+the classifier retires them).  What it learnt can be kept beyond the run
+(:meth:`PhasePredictor.memory_dict`; ``run`` keeps it in the phase
+catalogue beside the phases) and a later run started from it
+(:meth:`PhasePredictor.seed`).  A phase's memory goes when it is retired
 (:meth:`PhasePredictor.forget`, which also drops the runs that name it as
 context and its name as successor).
 """
@@ -63,6 +66,8 @@ TOLERANCE = 0.3
 RETURN_GUESS = 0.5
 #: Phases kept by default (the classifier's own default bound).
 MAX_PHASES = 256
+#: The form of :meth:`PhasePredictor.memory_dict`.
+MEMORY_VERSION = 1
 #: "No phase" in the columns: before the first phase, or nothing known.
 NONE = -1
 
@@ -286,6 +291,46 @@ class PhasePredictor:
         keep = set(live)
         for phase in [p for p in self.memory if p not in keep]:
             self.forget(phase)
+
+    def memory_dict(self, phases: Iterable[int] | None = None) -> dict:
+        """What the predictor learnt of ``phases`` (default: all it keeps),
+        JSON-ready, to be given to :meth:`seed` of a later run."""
+        keep = set(self.memory) if phases is None else set(phases)
+        return {"version": MEMORY_VERSION, "phases": [
+            [phase, [[list(context), [list(pair) for pair in runs.pairs]]
+                     for context, runs in contexts.items() if keep.issuperset(context)]]
+            for phase, contexts in self.memory.items() if phase in keep]}
+
+    def seed(self, memory: dict, known: Iterable[int]) -> bool:
+        """Start from what an earlier run learnt, of the phases ``known``
+        (ids that mean the same behaviour now: a catalogue's), before the
+        first interval; False (and nothing kept) where ``memory`` is not one
+        :meth:`memory_dict` wrote."""
+        known = set(known)
+        try:
+            if memory.get("version") != MEMORY_VERSION:
+                return False
+            for phase, contexts in memory["phases"]:
+                if int(phase) not in known:
+                    continue
+                for context, pairs in contexts:
+                    if not known.issuperset(context) or len(context) > ORDER:
+                        continue
+                    runs = self._contexts(int(phase)).setdefault(
+                        tuple(int(p) for p in context), _Runs())
+                    for length, successor in pairs[-KEPT:]:
+                        runs.pairs.append((max(int(length), 1),
+                                           int(successor) if successor in known else NONE))
+                    runs._sort()
+            while len(self.memory) > self.max_phases:
+                self.memory.popitem(last=False)
+            for contexts in self.memory.values():
+                while len(contexts) > CONTEXTS:
+                    contexts.popitem(last=False)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            self.memory.clear()
+            return False
+        return True
 
     @property
     def runs_kept(self) -> int:

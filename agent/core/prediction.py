@@ -169,9 +169,11 @@ class PredictionTap(Sink):
                 predictor.retain(live)
 
     @classmethod
-    def for_pipeline(cls, pipeline) -> "PredictionTap":
+    def for_pipeline(cls, pipeline, memory: dict | None = None) -> "PredictionTap":
         """The tap of a command's one pipeline: bounded as its classifier,
-        and forgetting the phases the classifier retires."""
+        forgetting the phases the classifier retires, and started from
+        ``memory`` (a recording's ``prediction_memory``) of the phases the
+        classifier starts from."""
         classifier = pipeline.classifier
         retired = [classifier.retired]
 
@@ -181,7 +183,11 @@ class PredictionTap(Sink):
             retired[0] = classifier.retired
             ids = classifier.ids
             return ids[ids >= 0].tolist()
-        return cls(classifier.params.max_phases, live)
+        tap = cls(classifier.params.max_phases, live)
+        if memory:
+            ids = classifier.ids
+            tap.seed("", memory, ids[ids >= 0].tolist())
+        return tap
 
     def forget_stream(self, name: str) -> None:
         """The stream has gone, or its phases were all retired (a daemon's
@@ -198,6 +204,15 @@ class PredictionTap(Sink):
         if predictor is not None:
             for phase in phases:
                 predictor.forget(phase)
+
+    def seed(self, stream: str, memory: dict, known: Iterable[int]) -> bool:
+        """Start the stream's predictor from an earlier run's memory."""
+        return self._stream(stream)[0].seed(memory, known)
+
+    def memory(self, stream: str, phases: Iterable[int]) -> dict | None:
+        """What the stream's predictor learnt of ``phases``, to be kept."""
+        predictor = self.predictors.get(stream)
+        return predictor.memory_dict(phases) if predictor is not None else None
 
     def summary(self, stream: str = "") -> dict | None:
         score = self.scores.get(stream)

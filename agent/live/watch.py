@@ -159,6 +159,12 @@ class Watch:
         self.catalog = self._catalog()
         if self.pipeline.classifier.live:       # a recording replays from the same phases
             self.meta["known_phases"] = self.pipeline.known_phases()
+        self.prediction = PredictionTap.for_pipeline(self.pipeline)
+        if self.catalog is not None:
+            known = [int(i) for i in self.pipeline.classifier.ids if i >= 0]
+            self.catalog.seed_predictor(self.prediction, known)
+            # a recording replays to the same predictions
+            self.meta["prediction_memory"] = self.prediction.memory("", known)
         self.meta["detection"] = self.settings.recorded()
         self.tree = TreeSymbolizer(self.symbolizer)
         tree_watch = TreeWatch(self.tree, also=[pinning.look]).start()
@@ -167,7 +173,6 @@ class Watch:
         trace = self._trace() if self.options.record else None
         maps = ProcessMappings(child.pid, self.pipeline, record=trace, just_execd=True)
         self.trace = trace
-        self.prediction = PredictionTap.for_pipeline(self.pipeline)
         # The trace first, the prediction before what writes it, energy
         # before the command's own sinks (a profile takes each interval's
         # energy when it is written, at the close).
@@ -291,7 +296,8 @@ class Watch:
         from .phase_catalog import CATALOG_ERRORS
         rows = self.summary.table()
         try:
-            self.catalog.save(self.pipeline, {r["phase"]: r["intervals"] for r in rows})
+            self.catalog.save(self.pipeline, {r["phase"]: r["intervals"] for r in rows},
+                              self.prediction)
         except CATALOG_ERRORS as exc:
             self.options.say(f"phase catalogue {self.options.catalog} not updated: {exc}")
         finally:

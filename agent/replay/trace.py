@@ -71,7 +71,7 @@ def replay_samples(path: str, options: ReplayOptions, warn, cpu: int | None,
         settings = DetectionSettings.given(options.given, meta.get("detection"))
         pipeline = pipeline_for(meta, settings, tuple(meta.get("signals") or source.signals), warn)
         summary = PhaseSummary(keep_phases=options.labels is not None)
-        tap = PredictionTap.for_pipeline(pipeline)
+        tap = PredictionTap.for_pipeline(pipeline, meta.get("prediction_memory"))
         sinks = [tap, summary, *result_sinks(options.output, inputs)]
         if options.pprof and cpu is None:
             sinks.append(profile_sink(options.pprof, source, path, inputs))
