@@ -275,3 +275,12 @@ def test_a_memory_that_is_not_one_is_left_out(memory):
     p = PhasePredictor()
     assert p.seed(memory, known=[0, 1]) is False
     assert p.memory == {}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(-1, 4), st.integers(1, 30)), min_size=1, max_size=40))
+def test_a_run_at_a_time_says_what_an_interval_at_a_time_says(pairs):
+    one, many = PhasePredictor(), PhasePredictor()
+    for phase, count in pairs:
+        each = [one.observe(phase) for _ in range(count)]
+        np.testing.assert_array_equal(many.observe_run(phase, count), np.array(each, np.float64))

@@ -107,10 +107,11 @@ class Predictions:
         return len(self.next_phase)
 
     @classmethod
-    def of(cls, rows: list[Prediction], seconds_each) -> "Predictions":
-        """Columns from per-interval predictions; seconds are the remaining
-        intervals times ``seconds_each`` (each interval's own duration)."""
-        table = np.array(rows, np.float64).reshape(len(rows), len(Prediction._fields))
+    def of(cls, rows, seconds_each) -> "Predictions":
+        """Columns from per-interval predictions (or rows of their fields);
+        seconds are the remaining intervals times ``seconds_each`` (each
+        interval's own duration)."""
+        table = np.asarray(rows, np.float64).reshape(len(rows), len(Prediction._fields))
         remaining = table[:, 2].astype(np.int64)
         remaining_s = np.where(remaining >= 0, remaining * seconds_each, np.nan)
         return cls(table[:, 0].astype(np.int64), table[:, 1].astype(np.int64), remaining,
@@ -266,6 +267,28 @@ class PhasePredictor:
         else:
             self._end_run(phase)
         return self.outlook.at(self.length)
+
+    def observe_run(self, phase: int, count: int) -> np.ndarray:
+        """``count`` intervals of ``phase`` in a row: what :meth:`observe`
+        says after each, as rows of :class:`Prediction`'s fields, a span of
+        run lengths at a time (the work is per span, not per interval)."""
+        out = np.empty((count, len(Prediction._fields)))
+        if phase < 0:
+            out[:] = UNKNOWN
+            return out
+        done = 0
+        while done < count:
+            p = self.observe(phase)
+            lo, hi = self.outlook.span
+            take = min(count - done, hi - self.length + 1)
+            out[done:done + take] = p
+            if take > 1:
+                _, base, step = self.outlook.kept
+                ahead = np.arange(self.length, self.length + take)
+                out[done:done + take, 2] = base + step * ahead
+                self.length += take - 1
+            done += take
+        return out
 
     def forget(self, phase: int) -> None:
         """The phase is retired: drop what is kept of it and of its runs as

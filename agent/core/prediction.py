@@ -156,12 +156,14 @@ class PredictionTap(Sink):
         if iv.partial or len(iv) == 0:
             return
         predictor, score = self._stream(c.stream)
+        phase = iv.phase
+        starts = np.flatnonzero(np.diff(phase, prepend=-2) | iv.new_phase).tolist()
         rows = []
-        for phase, opened in zip(iv.phase.tolist(), iv.new_phase.tolist()):
-            if opened:      # an id opened afresh (a daemon's slot taken again): nothing of old
-                predictor.forget(phase)
-            rows.append(predictor.observe(phase))
-        iv.prediction = Predictions.of(rows, (iv.t_end_ns - iv.t_start_ns) / 1e9)
+        for start, end in zip(starts, [*starts[1:], len(phase)]):
+            if iv.new_phase[start]:     # an id opened afresh (a daemon's slot taken again)
+                predictor.forget(int(phase[start]))
+            rows.append(predictor.observe_run(int(phase[start]), end - start))
+        iv.prediction = Predictions.of(np.concatenate(rows), (iv.t_end_ns - iv.t_start_ns) / 1e9)
         iv.prediction.outcome = score.add(iv.phase, iv.prediction)
         if self.live_phases is not None:
             live = self.live_phases(c.stream)
