@@ -70,7 +70,8 @@ def test_prometheus_scrapes_the_predictions(prometheus_bin, trace, replayed, tmp
             assert {frozenset(r["metric"]) - {"__name__", "job", "instance"}
                     for r in outcomes} == {frozenset({"target", "outcome"})}
             remaining = by_target(query(prom_port, "phasewatch_phase_expected_remaining_seconds"))
-            assert remaining == {"cpu0": pytest.approx(replayed[-1]["expected_remaining_s"], abs=1e-6)}
+            last = replayed[-1]["expected_remaining_s"]
+            assert remaining == {"cpu0": pytest.approx(last, abs=1e-6)}
     finally:
         prom.terminate()
         prom.wait(timeout=10)

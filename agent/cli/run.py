@@ -294,7 +294,8 @@ def change_hook_sinks(args, watch: Watch) -> list:
 
 
 #: Option -> the sinks it adds, made once the pipeline exists.
-OPTION_SINKS = (("pprof", profile_sinks), ("report", figure_sinks), ("on_change", change_hook_sinks))
+OPTION_SINKS = (("pprof", profile_sinks), ("report", figure_sinks),
+                ("on_change", change_hook_sinks))
 
 
 def phase_energy(args):

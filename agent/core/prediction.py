@@ -73,7 +73,8 @@ class PredictionScore:
         self.change_wrong += int(change.sum()) - int(changed_right.sum())
         self._runs(phases, before, predicted.remaining)
         self.phase = int(phases[-1])
-        self.last_next, self.last_after = int(predicted.next_phase[-1]), int(predicted.after_change[-1])
+        self.last_next = int(predicted.next_phase[-1])
+        self.last_after = int(predicted.after_change[-1])
         return np.where(scored, right, -1).astype(np.int8)
 
     def _runs(self, phases: np.ndarray, before: np.ndarray, remaining: np.ndarray) -> None:
@@ -128,7 +129,8 @@ class PredictionScore:
     def summary(self) -> dict:
         """What ``run --json`` and replay tell of the predictions."""
         changes = self.change_right + self.change_wrong
-        return {"next_accuracy": self.next_accuracy, "next_scored": self.next_right + self.next_wrong,
+        return {"next_accuracy": self.next_accuracy,
+                "next_scored": self.next_right + self.next_wrong,
                 "change_accuracy": self.change_accuracy, "changes": changes,
                 "changes_foreseen": self.foreseen,
                 "median_remaining_error": self.median_remaining_error,
@@ -200,12 +202,6 @@ class PredictionTap(Sink):
     def forget_all(self) -> None:
         self.predictors.clear()
         self.scores.clear()
-
-    def retire(self, stream: str, phases: Iterable[int]) -> None:
-        predictor = self.predictors.get(stream)
-        if predictor is not None:
-            for phase in phases:
-                predictor.forget(phase)
 
     def seed(self, stream: str, memory: dict, known: Iterable[int]) -> bool:
         """Start the stream's predictor from an earlier run's memory."""
