@@ -305,3 +305,14 @@ def test_a_report_never_overwrites_its_input(trace, tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert Path(trace).read_bytes() == before and inside.is_symlink()
+
+
+def test_predicted_band_takes_the_run_s_own_predictions_where_it_made_them():
+    from phasewatch.report.figure import predicted_phases
+    phase = np.array([0, 0, 1, 1, 0])
+    made = np.array([0, 1, 1, 0, 0])       # what a run predicted (say, from a catalogue's memory)
+    predicted, accuracy = predicted_phases(phase, made)
+    assert predicted.tolist() == [0, 0, 1, 1, 0]
+    assert accuracy == 1.0
+    fresh, _ = predicted_phases(phase, made[:3])     # not one per phase: predicted afresh
+    assert fresh.tolist() == [0, 0, 0, 1, 1]
