@@ -10,7 +10,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent / "phasewatch"
 JSON_KEYS = ["index", "t_start_ns", "t_end_ns", "instructions", "cycles", "samples",
-             "distance", "phase", "new_phase", "tentative", "no_data"]
+             "distance", "phase", "new_phase", "tentative", "no_data", "predicted_next",
+             "predicted_after_change", "expected_remaining_intervals", "expected_remaining_s",
+             "confidence"]
 
 
 def phasewatch(*args, check=True):
@@ -42,6 +44,25 @@ def test_replay_writes_json_lines_with_exactly_the_design_keys(example, tmp_path
     assert all(list(r) == JSON_KEYS for r in rows)
     assert [r["index"] for r in rows] == list(range(len(rows)))
     assert rows[0]["distance"] is None and rows[0]["new_phase"] is True
+
+
+def test_replay_predicts_each_next_phase_and_scores_what_it_wrote(example, tmp_path):
+    out = tmp_path / "r.jsonl"
+    summary = json.loads(phasewatch("replay", example / "ex.arrow", "--output", out,
+                                    "--json").stdout)["prediction"]
+    rows = results(out)
+    pairs = list(zip(rows, rows[1:]))
+    right = sum(a["predicted_next"] == b["phase"] for a, b in pairs)
+    assert summary["next_scored"] == len(pairs)
+    assert summary["next_accuracy"] == pytest.approx(right / len(pairs))
+    changes = [(a, b) for a, b in pairs if a["phase"] != b["phase"]]
+    assert summary["changes"] == len(changes) > 0
+    assert summary["change_accuracy"] == pytest.approx(
+        sum(a["predicted_after_change"] == b["phase"] for a, b in changes) / len(changes))
+    for r in rows:
+        assert r["expected_remaining_s"] == pytest.approx(
+            r["expected_remaining_intervals"] * (r["t_end_ns"] - r["t_start_ns"]) / 1e9, abs=1e-6)
+        assert set(r["confidence"]) == {"next", "after_change", "remaining"}
 
 
 def test_csv_and_converted_trace_replay_alike(example, tmp_path):

@@ -90,7 +90,8 @@ def test_page_in_chromium_offline_has_the_figure_and_the_table(browser, report_d
                                              "code signature"]
     assert any(t["type"] == "scatter" and t["name"] == "threshold" for t in traces)
     assert any(t["type"] == "scatter" and t["name"] == "distance" for t in traces)
-    assert {t["uid"] for t in traces} >= {"phase-band", "truth-band"}
+    assert {t["uid"] for t in traces} >= {"phase-band", "predicted-band", "truth-band"}
+    assert "phase predicted on the interval before (right for" in page.inner_text("#phase-figure")
     assert page.locator("#phase-table tr").count() == 1 + 4   # header and 4 phases
     assert "adjusted Rand index against the ground truth: 1.0000" in page.inner_text("#notes")
     # the rendered figure has drawn heatmap images, and the hover layer is live
@@ -104,8 +105,8 @@ def test_page_in_chromium_offline_has_the_figure_and_the_table(browser, report_d
 
 def test_png_has_the_expected_size_and_is_not_blank(report_dir):
     image = imread(report_dir / "phases.png")
-    # three heatmaps, distance, phase band, truth band
-    rows = 6
+    # three heatmaps, distance, phase band, predicted band, truth band
+    rows = 7
     assert image.shape[1] == WIDTH_PX
     assert image.shape[0] > 200 * rows / 2
     assert image[..., :3].std() > 0.1
@@ -117,7 +118,7 @@ def test_png_height_follows_the_rows(trace, tmp_path):
     out = tmp_path / "vpf"
     assert phasewatch("report", trace, "--detector", "vpf", "--out", out).returncode == 0
     image = imread(out / "phases.png")
-    # vpf: two heatmaps, distance, phase band; no truth
+    # vpf: two heatmaps, distance, phase band, predicted band; no truth
     fig = _figure_with_rows(heatmaps=2, truth=False)
     assert image.shape[:2] == (height_px(fig), WIDTH_PX)
 
@@ -126,7 +127,19 @@ def _figure_with_rows(heatmaps: int, truth: bool):
     from phasewatch.report.figure import Heatmap, PhaseFigure
     one = np.zeros(1)
     return PhaseFigure(1, 1, one, one, [Heatmap("v", "v", "", one, one)] * heatmaps, one, one,
-                       one.astype(np.int64), one.astype(np.int64) if truth else None)
+                       one.astype(np.int64), one.astype(np.int64) if truth else None,
+                       predicted=one.astype(np.int64))
+
+
+def test_predicted_band_holds_the_predictions_replay_writes(trace, tmp_path):
+    from phasewatch.report.figure import predicted_phases
+    results = tmp_path / "r.jsonl"
+    proc = phasewatch("replay", trace, "--detector", "vpf-ip", "--output", results, "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(x) for x in results.read_text().splitlines()]
+    predicted, accuracy = predicted_phases(np.array([r["phase"] for r in rows]))
+    assert predicted.tolist() == [rows[0]["phase"]] + [r["predicted_next"] for r in rows[:-1]]
+    assert accuracy == pytest.approx(json.loads(proc.stdout)["prediction"]["next_accuracy"])
 
 
 def test_results_file_with_its_trace_draws_the_results_phases(trace, tmp_path):
@@ -292,3 +305,14 @@ def test_a_report_never_overwrites_its_input(trace, tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert Path(trace).read_bytes() == before and inside.is_symlink()
+
+
+def test_predicted_band_takes_the_run_s_own_predictions_where_it_made_them():
+    from phasewatch.report.figure import predicted_phases
+    phase = np.array([0, 0, 1, 1, 0])
+    made = np.array([0, 1, 1, 0, 0])       # what a run predicted (say, from a catalogue's memory)
+    predicted, accuracy = predicted_phases(phase, made)
+    assert predicted.tolist() == [0, 0, 1, 1, 0]
+    assert accuracy == 1.0
+    fresh, _ = predicted_phases(phase, made[:3])     # not one per phase: predicted afresh
+    assert fresh.tolist() == [0, 0, 0, 1, 1]

@@ -9,7 +9,33 @@ import numpy as np
 from hypothesis import given, strategies as st
 
 from phasewatch.core.pipeline import Intervals
-from phasewatch.formats.results import JSON_KEYS, ResultsSink
+from phasewatch.core.predict import Predictions
+from phasewatch.formats.results import CSV_KEYS, INTERVAL_KEYS, JSON_KEYS, ResultsSink
+
+
+def prediction_dicts(iv: Intervals) -> list[dict]:
+    """Each interval's prediction keys, as the results documentation gives them."""
+    pr = iv.prediction
+    none = {"predicted_next": None, "predicted_after_change": None,
+            "expected_remaining_intervals": None, "expected_remaining_s": None,
+            "confidence": {"next": None, "after_change": None, "remaining": None}}
+    if pr is None:
+        return [none] * len(iv)
+    out = []
+    for i in range(len(iv)):
+        if pr.next_phase[i] < 0:
+            out.append(none)
+            continue
+        seconds = float(pr.remaining_s[i])
+        out.append({"predicted_next": int(pr.next_phase[i]),
+                    "predicted_after_change": (int(pr.after_change[i])
+                                               if pr.after_change[i] >= 0 else None),
+                    "expected_remaining_intervals": int(pr.remaining[i]),
+                    "expected_remaining_s": None if math.isnan(seconds) else round(seconds, 6),
+                    "confidence": {"next": round(float(pr.confidence_next[i]), 4),
+                                   "after_change": round(float(pr.confidence_after_change[i]), 4),
+                                   "remaining": round(float(pr.confidence_remaining[i]), 4)}})
+    return out
 
 
 def dumps_per_interval(iv: Intervals) -> str:
@@ -20,7 +46,19 @@ def dumps_per_interval(iv: Intervals) -> str:
                iv.instructions.tolist(), iv.cycles.tolist(), iv.samples.tolist(),
                dist, iv.phase.tolist(), iv.new_phase.tolist(), (status == 2).tolist(),
                (status == 1).tolist())
-    return "".join(json.dumps(dict(zip(JSON_KEYS, r))) + "\n" for r in rows)
+    return "".join(json.dumps(dict(zip(INTERVAL_KEYS, r)) | p) + "\n"
+                   for r, p in zip(rows, prediction_dicts(iv)))
+
+
+def with_predictions(iv: Intervals, rng) -> Intervals:
+    n = len(iv)
+    nxt = rng.integers(-1, 300, n)
+    known = nxt >= 0
+    remaining = np.where(known, rng.integers(0, 10**6, n), -1)
+    seconds = np.where(known, remaining * rng.random(n) * 3, np.nan)
+    iv.prediction = Predictions(nxt, np.where(known, rng.integers(-1, 300, n), -1), remaining,
+                                seconds, rng.random(n), rng.random(n), rng.random(n))
+    return iv
 
 
 def intervals(distance, rng) -> Intervals:
@@ -58,6 +96,16 @@ def test_edge_distances_and_every_small_value_match_json_dumps():
     assert written(iv, binary=False) == dumps_per_interval(iv)
 
 
+def test_predictions_are_written_as_json_dumps_writes_them():
+    rng = np.random.default_rng(4)
+    iv = with_predictions(intervals(rng.random(5000), rng), rng)
+    assert written(iv, binary=True) == dumps_per_interval(iv)
+    rows = [json.loads(line) for line in written(iv, binary=False).splitlines()]
+    assert [r["predicted_next"] for r in rows] == [x if x >= 0 else None
+                                                   for x in iv.prediction.next_phase.tolist()]
+    assert all(list(r) == list(JSON_KEYS) for r in rows)
+
+
 def test_a_large_batch_of_random_distances_matches_json_dumps():
     rng = np.random.default_rng(2)
     d = rng.random(50_000) ** 3
@@ -87,17 +135,20 @@ def csv_as_it_was(iv: Intervals) -> str:
     def cell(value) -> str:
         return "" if value is None else ("true" if value else "false") \
             if isinstance(value, bool) else str(value)
-    rows = (json.loads(line) for line in dumps_per_interval(iv).splitlines())
-    return "".join(",".join(cell(row[k]) for k in JSON_KEYS) + "\n" for row in rows)
+    def flat(row: dict) -> dict:
+        return row | {f"confidence.{k}": v for k, v in row.pop("confidence").items()}
+    rows = (flat(json.loads(line)) for line in dumps_per_interval(iv).splitlines())
+    return "".join(",".join(cell(row[k]) for k in CSV_KEYS) + "\n" for row in rows)
 
 
 @given(st.lists(st.floats(min_value=-1e20, max_value=1e20) | st.just(math.nan)
                 | st.just(math.inf), min_size=1, max_size=40))
 def test_csv_rows_hold_the_values_of_the_json_lines(distances):
-    iv = intervals(distances, np.random.default_rng(len(distances)))
-    stream = io.StringIO()
-    ResultsSink(stream, csv=True).write(iv)
-    assert stream.getvalue() == ",".join(JSON_KEYS) + "\n" + csv_as_it_was(iv)
+    rng = np.random.default_rng(len(distances))
+    for iv in (intervals(distances, rng), with_predictions(intervals(distances, rng), rng)):
+        stream = io.StringIO()
+        ResultsSink(stream, csv=True).write(iv)
+        assert stream.getvalue() == ",".join(CSV_KEYS) + "\n" + csv_as_it_was(iv)
 
 
 # --- read back, against the intervals themselves ----------------------------------
@@ -113,7 +164,7 @@ def expected_rows(iv: Intervals) -> list[dict]:
                      "cycles": int(iv.cycles[k]), "samples": int(iv.samples[k]),
                      "distance": None if d != d else round(d, 6), "phase": int(iv.phase[k]),
                      "new_phase": bool(iv.new_phase[k]), "tentative": int(iv.statuses[k]) == 2,
-                     "no_data": int(iv.statuses[k]) == 1})
+                     "no_data": int(iv.statuses[k]) == 1} | prediction_dicts(iv)[k])
     return rows
 
 
@@ -141,7 +192,7 @@ def test_csv_cells_hold_times_counts_distances_and_flags():
     stream = io.StringIO()
     ResultsSink(stream, csv=True).write(iv)
     header, *rows = list(csv.reader(io.StringIO(stream.getvalue())))
-    assert tuple(header) == JSON_KEYS
+    assert tuple(header) == CSV_KEYS
     flag = {"true": True, "false": False}
     for cells, want in zip(rows, expected_rows(iv), strict=True):
         got = dict(zip(header, cells))

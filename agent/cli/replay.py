@@ -100,7 +100,8 @@ def trace_paths(given: list[str]) -> list[str]:
 
 def summary_json(replayed) -> dict:
     from ..formats.results import finite, summary_dict
-    return finite(summary_dict(replayed.summary, replayed.stats, replayed.ari))
+    return finite(summary_dict(replayed.summary, replayed.stats, replayed.ari)
+                  | {"prediction": replayed.prediction})
 
 
 def show(replayed, json_out: bool) -> None:
@@ -108,7 +109,7 @@ def show(replayed, json_out: bool) -> None:
     if json_out:
         print(json.dumps(summary_json(replayed), indent=2))
         return
-    from ..report.tables import phase_table, summary_lines  # rich: only for the table
+    from ..report.tables import phase_table, prediction_line, summary_lines  # rich: the table
     out = rich_console()
     s = replayed.stats
     thr = f"{s.threshold:.3f}" + (" (adaptive)" if s.adaptive else "")
@@ -118,5 +119,7 @@ def show(replayed, json_out: bool) -> None:
     out.print(phase_table(replayed.summary))
     for line in summary_lines(replayed.summary, s.dropped, s.implausible):
         out.print(line)
+    if replayed.prediction:
+        out.print(prediction_line(replayed.prediction))
     if replayed.ari is not None:
         out.print(f"adjusted Rand index against {replayed.labels}: {replayed.ari:.4f}")

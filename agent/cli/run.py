@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 SAMPLE_RATE_HZ = 1000
 #: perf's own default ceiling (kernel.perf_event_max_sample_rate).
 MAX_RATE_HZ = 100_000
+#: With --on-change: the samples read every this many, or after this many ms at the latest.
+ON_CHANGE_WAKEUP = 10
+ON_CHANGE_POLL_MS = 100
 #: Width of the table when stderr is a file or pipe (a terminal's own width otherwise).
 PIPE_WIDTH = 120
 
@@ -97,6 +100,14 @@ def add_arguments(parser) -> None:
                              "(labels phase, interval, thread, cpu)")
     parser.add_argument("--report", metavar="DIR",
                         help="also draw the phases into DIR (as 'phasewatch report' does)")
+    parser.add_argument("--on-change", metavar="CMD",
+                        help="run CMD (with /bin/sh -c) when a change of phase is predicted "
+                             "within --on-change-within intervals, once per run of a phase, "
+                             "the prediction in its environment (PHASEWATCH_PREDICTED_NEXT, "
+                             "PHASEWATCH_PREDICTED_AFTER_CHANGE, ...: docs/prediction.md)")
+    parser.add_argument("--on-change-within", type=number(int, 1, 1000), default=1, metavar="N",
+                        help="intervals ahead that a predicted change fires --on-change "
+                             "(default 1: the next interval)")
     parser.add_argument("--powercap-root", metavar="DIR",
                         help="the RAPL energy counters' folder, for each phase's joules "
                              "(default /sys/class/powercap, used where it is readable)")
@@ -117,7 +128,8 @@ def run(args) -> int:
         source = open_source(args.source, pid=child.pid,
                              cpus=[child.cpu] if child.cpu is not None else None,
                              msr_path=args.msr_path, rate_hz=args.freq,
-                             enable_on_exec=True, include_kernel=args.kernel, task_records=True)
+                             enable_on_exec=True, include_kernel=args.kernel, task_records=True,
+                             **latency_options(args))
         try:
             return watch(args, settings, child, source, relay)
         finally:
@@ -135,8 +147,15 @@ def attach(args) -> int:
     settings = check_arguments(args, target.path)
     source = open_source(args.source, pid=target.pid, cpus=None, msr_path=args.msr_path,
                          rate_hz=args.freq, enable_on_exec=False, include_kernel=args.kernel,
-                         task_records=True)
+                         task_records=True, **latency_options(args))
     return watch(args, settings, target, source)
+
+
+def latency_options(args) -> dict:
+    """With --on-change, samples are read every :data:`ON_CHANGE_WAKEUP`
+    samples rather than about once a second: a prediction is of use only
+    while the change is still ahead (the price: more wake-ups of the agent)."""
+    return {"wakeup": ON_CHANGE_WAKEUP, "poll_ms": ON_CHANGE_POLL_MS} if args.on_change else {}
 
 
 def command_of(args, required: bool = True) -> list[str]:
@@ -158,6 +177,9 @@ def check_arguments(args, program: str | None) -> DetectionSettings:
     settings = settings_of(args)
     msr.device_path(args.msr_path, 0)
     args.program = program
+    if args.on_change is not None and not args.on_change.strip():
+        raise UserError("--on-change: give a command to run, e.g. --on-change 'echo "
+                        "$PHASEWATCH_PREDICTED_AFTER_CHANGE'")
     if args.catalog and args.no_catalog:
         raise UserError("--catalog and --no-catalog contradict each other: give one of them")
     args.catalog = catalog_path(args)
@@ -265,8 +287,15 @@ def figure_sinks(args, watch: Watch) -> list:
     return [entries, recorder, ReportFolder(args.report, recorder, watch.functions, notes, warn)]
 
 
+def change_hook_sinks(args, watch: Watch) -> list:
+    """``--on-change CMD``: CMD run when a change is predicted."""
+    from ..live.on_change import ChangeHook
+    return [ChangeHook(args.on_change, args.on_change_within, watch.child.pid, warn)]
+
+
 #: Option -> the sinks it adds, made once the pipeline exists.
-OPTION_SINKS = (("pprof", profile_sinks), ("report", figure_sinks))
+OPTION_SINKS = (("pprof", profile_sinks), ("report", figure_sinks),
+                ("on_change", change_hook_sinks))
 
 
 def phase_energy(args):

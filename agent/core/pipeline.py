@@ -19,6 +19,7 @@ from .decode import COUNTERS, PROFILE_COUNTERS, DecoderState, decode
 from .detectors import USES_CPI, counters_for, histograms_for, used_mask
 from .intervals import SEGMENTS, IntervalAccumulator, IntervalBlock, Layout, segment_kinds
 from .params import Params, cpu_model_of
+from .predict import Predictions
 
 #: Rows decoded and profiled at a time, so that the work arrays stay in cache.
 CHUNK_ROWS = 32768
@@ -47,6 +48,8 @@ class Intervals:
     #: Each interval's classifier status (core.classify: MATCHED, NO_DATA,
     #: TENTATIVE); None: all matched (a source with no candidates).
     status: np.ndarray | None = None
+    #: What is expected after each interval (core.prediction.PredictionTap), where predicted.
+    prediction: Predictions | None = None
 
     def __len__(self) -> int:
         return len(self.index)

@@ -8,6 +8,7 @@ conventions).
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import ssl
@@ -112,6 +113,12 @@ class PhasewatchCollector:
                                         labels=["target", "phase"])
         retired = CounterMetricFamily("phasewatch_phases_retired",
                                       "Phases dropped by the per-target cap", labels=["target"])
+        remaining = GaugeMetricFamily("phasewatch_phase_expected_remaining_seconds",
+                                      "Seconds the current phase is predicted to last yet",
+                                      labels=["target"])
+        predictions = CounterMetricFamily("phasewatch_predictions",
+                                          "Next-interval phase predictions, by outcome",
+                                          labels=["target", "outcome"])
         for t in live_states(self.targets()):
             if t.phase >= 0:
                 phase.add_metric([t.name], t.phase)
@@ -119,9 +126,13 @@ class PhasewatchCollector:
             changes.add_metric([t.name], t.phase_changes)
             intervals.add_metric([t.name], t.intervals)
             retired.add_metric([t.name], t.phases_retired)
+            if not math.isnan(t.expected_remaining_s):
+                remaining.add_metric([t.name], t.expected_remaining_s)
+            predictions.add_metric([t.name, "right"], t.predictions_right)
+            predictions.add_metric([t.name, "wrong"], t.predictions_wrong)
             for p, n in sorted(t.phase_intervals.items()):
                 per_phase.add_metric([t.name, str(p)], n)
-        return phase, phases, changes, intervals, per_phase, retired
+        return phase, phases, changes, intervals, per_phase, retired, remaining, predictions
 
     def _phase_energy(self):
         energy = CounterMetricFamily("phasewatch_phase_energy_joules",

@@ -9,9 +9,14 @@ filter on by prefix:
         {"v": 1, "type": "interval", "host": "...", "target": "cpu0", "seq": 17,
          "index": 41, "t_start_ns": ..., "t_end_ns": ..., "instructions": ...,
          "cycles": ..., "samples": ..., "distance": 0.031, "phase": 2,
-         "new_phase": false, "t_start_unix_ns": ..., "t_end_unix_ns": ...}
+         "new_phase": false, "t_start_unix_ns": ..., "t_end_unix_ns": ...,
+         "predicted_next": 2, "predicted_after_change": 0,
+         "expected_remaining_intervals": 7, "expected_remaining_s": 0.7,
+         "confidence": {"next": 0.86, "after_change": 1.0, "remaining": 0.75}}
 
-    ``t_start_ns`` and ``t_end_ns`` are CLOCK_MONOTONIC, the samples' clock;
+    The prediction keys are the results file's (docs/formats.md,
+    docs/prediction.md): what is expected after this interval, null where
+    nothing is.  ``t_start_ns`` and ``t_end_ns`` are CLOCK_MONOTONIC, the samples' clock;
     the ``_unix_ns`` fields are the same instants in CLOCK_REALTIME
     (nanoseconds since the epoch), to line events up across hosts.  (For a
     replayed trace: when its samples were due in the replay.)
@@ -197,12 +202,14 @@ class Publisher:
                 iv.instructions.tolist(), iv.cycles.tolist(), iv.samples.tolist(),
                 iv.distance.tolist(), iv.phase.tolist(), iv.new_phase.tolist())
         changed = set(changes.tolist())
+        predicted = prediction_fields(iv)
         for row, (index, t0, t1, instr, cyc, n, dist, phase, new) in enumerate(zip(*cols)):
             self._send_json(f"interval.{target}", {
                 "type": "interval", "target": target, "index": index, "t_start_ns": t0,
                 "t_end_ns": t1, "instructions": instr, "cycles": cyc, "samples": n,
                 "distance": _number(dist), "phase": phase, "new_phase": new,
-                "t_start_unix_ns": unix_ns(t0), "t_end_unix_ns": unix_ns(t1)})
+                "t_start_unix_ns": unix_ns(t0), "t_end_unix_ns": unix_ns(t1),
+                **predicted[row]})
             if row in changed:
                 before = int(previous[row])
                 self._send_json(f"phase.{target}", {
@@ -284,6 +291,27 @@ class Publisher:
 
 def _log(msg: str) -> None:
     print(f"phasewatchd: {msg}", file=sys.stderr, flush=True)
+
+
+def prediction_fields(iv: Intervals) -> list[dict]:
+    """Each interval's prediction keys (null where none was made)."""
+    pr = iv.prediction
+    if pr is None:
+        none = {"predicted_next": None, "predicted_after_change": None,
+                "expected_remaining_intervals": None, "expected_remaining_s": None,
+                "confidence": None}
+        return [none] * len(iv)
+
+    def known(x: int):
+        return x if x >= 0 else None
+    return [{"predicted_next": known(nxt), "predicted_after_change": known(after),
+             "expected_remaining_intervals": known(left), "expected_remaining_s": _number(secs),
+             "confidence": {"next": round(c1, 4), "after_change": round(c2, 4),
+                            "remaining": round(c3, 4)} if nxt >= 0 else None}
+            for nxt, after, left, secs, c1, c2, c3 in zip(
+                pr.next_phase.tolist(), pr.after_change.tolist(), pr.remaining.tolist(),
+                pr.remaining_s.tolist(), pr.confidence_next.tolist(),
+                pr.confidence_after_change.tolist(), pr.confidence_remaining.tolist())]
 
 
 def _number(x: float):

@@ -22,6 +22,7 @@ for ``grace_s`` seconds is forgotten.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -66,6 +67,17 @@ def add_phase_counts(counts: dict[int, int], phase: np.ndarray, new_phase: np.nd
             counts[p] = counts.get(p, 0) + int(n)
 
 
+def count_predictions(state: "TargetState", iv: Intervals) -> None:
+    """The predictions' outcomes and the latest expected remaining seconds."""
+    pr = iv.prediction
+    if pr is None:
+        return
+    if pr.outcome is not None:
+        state.predictions_right += int((pr.outcome == 1).sum())
+        state.predictions_wrong += int((pr.outcome == 0).sum())
+    state.expected_remaining_s = float(pr.remaining_s[-1])
+
+
 @dataclass
 class TargetState:
     """What the daemon keeps about one target between batches."""
@@ -80,6 +92,11 @@ class TargetState:
     retired_base: int = 0           # retired by earlier classifier generations
     phase_intervals: dict[int, int] = field(default_factory=dict)
     last_seen: float = 0.0
+    # the phase predictions (core.prediction): the last interval's expected
+    # remaining seconds, and the next-interval predictions right and wrong
+    expected_remaining_s: float = math.nan
+    predictions_right: int = 0
+    predictions_wrong: int = 0
 
     @property
     def phases(self) -> int:
@@ -150,6 +167,7 @@ class Targets(Streams, Sink):
             add_phase_counts(state.phase_intervals, iv.phase, iv.new_phase)
             state.phase = int(iv.phase[-1])
             state.phases_retired = state.retired_base + int(state.pipeline.classifier.retired)
+            count_predictions(state, iv)
 
     # --- housekeeping --------------------------------------------------------
 
@@ -166,6 +184,7 @@ class Targets(Streams, Sink):
             state.retired_base = state.phases_retired
             state.phase_intervals = {}
             state.phase = -1
+            state.expected_remaining_s = math.nan
             state.pipeline = fresh
         self.pipelines[state.name] = fresh
         self.last_phase.pop(state.name, None)

@@ -18,6 +18,7 @@ from ..console import warn
 from ..core.driver import Driver
 from ..core.params import cpu_model_of, interval_params_of
 from ..core.settings import DetectionSettings, choose_detector
+from ..core.prediction import PredictionTap
 from ..core.source import Sink
 from ..formats.trace import TraceWriter
 from ..live.host_signals import HostSignals
@@ -79,8 +80,9 @@ class Worker:
         self.trace = self._trace(config.record) if config.record else None
         self.seen = _Seen(clock_ns)
         self.feed = SourceThread(source.batches())
+        self.prediction = PredictionTap(self.params.detector.max_phases)
         sinks = [*([self.trace] if self.trace else []), self.seen,
-                 *([self.host] if self.host else []), self.targets,
+                 *([self.host] if self.host else []), self.prediction, self.targets,
                  # Raw batches are published by CPU, so only from the CPU-wide source.
                  *([publisher.sink(clock_ns, samples=host_signals)] if publisher else []),
                  *([energy.bound(clock_ns)] if energy else [])]
@@ -132,6 +134,8 @@ class Worker:
         if self.ended.is_set() and not source_is_live(self.source):
             return      # an ended replay's final state stays: nothing will change it
         gone = self.targets.forget_ended()
+        for name in gone:
+            self.prediction.forget_stream(name)
         if gone and self.host is not None:
             self.host.forget([int(n[3:]) for n in gone if n.startswith("cpu")])
 
@@ -144,6 +148,7 @@ class Worker:
             self.settings = settings
             self.params = replace(self.params, detector=settings.detector_params())
             self.targets.set_params(self.params)
+            self.prediction.forget_all()        # every phase retired
 
     def request_stop(self) -> None:
         self.live.stop()

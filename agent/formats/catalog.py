@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS phases(
     cpi_last REAL NOT NULL, cpi_d2 REAL NOT NULL, intervals INTEGER NOT NULL,
     first_seen REAL NOT NULL, last_seen REAL NOT NULL,
     PRIMARY KEY(program, id));
+CREATE TABLE IF NOT EXISTS predictions(program TEXT PRIMARY KEY, memory TEXT NOT NULL);
 """
 
 
@@ -230,6 +231,15 @@ class Catalog:
             " ORDER BY last_seen DESC, id", (key,)).fetchall()
         return [_phase(r) for r in rows]
 
+    def prediction_memory(self, key: str) -> dict | None:
+        """What the phase predictor learnt of the program (core.predict), or None."""
+        try:
+            row = self.db.execute("SELECT memory FROM predictions WHERE program = ?",
+                                  (key,)).fetchone()
+            return json.loads(row[0]) if row else None
+        except (sqlite3.Error, ValueError):     # an older file read only, or damaged text
+            return None
+
     def programs(self) -> list[dict]:
         rows = self.db.execute(
             "SELECT p.key, p.program, p.path, p.profile, p.next_id, count(f.id), max(f.last_seen)"
@@ -241,9 +251,10 @@ class Catalog:
     # -- writing -------------------------------------------------------------
 
     def save(self, program: str, path: str, profile: str, next_id: int,
-             phases: list[CatalogPhase]) -> bool:
-        """Add or update the program's phases in one transaction; False (and
-        the one line) where it could not be written."""
+             phases: list[CatalogPhase], prediction: dict | None = None) -> bool:
+        """Add or update the program's phases (and what the phase predictor
+        learnt of them) in one transaction; False (and the one line) where
+        it could not be written."""
         key = f"{program}|{profile}"
         if self.unwritable:
             self.warn(f"catalogue {self.path} not updated: {self.unwritable} (free space, or "
@@ -270,6 +281,10 @@ class Catalog:
                     "DELETE FROM phases WHERE program = ? AND id NOT IN (SELECT id FROM phases"
                     " WHERE program = ? ORDER BY last_seen DESC LIMIT ?)",
                     (key, key, MAX_PHASES_PER_PROGRAM))
+                if prediction is not None:
+                    self.db.execute("INSERT INTO predictions VALUES (?, ?) ON CONFLICT(program)"
+                                    " DO UPDATE SET memory = excluded.memory",
+                                    (key, json.dumps(prediction)))
         except sqlite3.Error as exc:
             self.warn(f"catalogue {self.path} not updated: {exc} (free space, or run with "
                       f"--no-catalog)")

@@ -9,6 +9,7 @@ score of putting everything in one phase.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -24,14 +25,25 @@ from .outputs import Output, open_output
 if TYPE_CHECKING:
     from ..core.source import Classified
 
-JSON_KEYS = ("index", "t_start_ns", "t_end_ns", "instructions", "cycles", "samples",
-             "distance", "phase", "new_phase", "tentative", "no_data")
+#: The keys of the classification, then of the prediction (core.prediction).
+INTERVAL_KEYS = ("index", "t_start_ns", "t_end_ns", "instructions", "cycles", "samples",
+                 "distance", "phase", "new_phase", "tentative", "no_data")
+PREDICTION_KEYS = ("predicted_next", "predicted_after_change", "expected_remaining_intervals",
+                   "expected_remaining_s", "confidence")
+#: ``confidence`` is an object of these keys (in CSV, one column each: ``confidence.next``, ...).
+CONFIDENCE_KEYS = ("next", "after_change", "remaining")
+JSON_KEYS = INTERVAL_KEYS + PREDICTION_KEYS
+CSV_KEYS = INTERVAL_KEYS + PREDICTION_KEYS[:-1] + tuple(f"confidence.{k}" for k in CONFIDENCE_KEYS)
 _TEXT = ("distance", "new_phase", "tentative", "no_data")
 #: One interval's line, as ``json.dumps`` writes its dict: integers, then the
-#: distance and the flags as JSON text.
-_JSON_LINE = "{" + ", ".join(f'"{key}": %{"s" if key in _TEXT else "d"}'
-                             for key in JSON_KEYS) + "}\n"
-_CSV_LINE = ",".join("%s" if key in _TEXT else "%d" for key in JSON_KEYS) + "\n"
+#: distance and the flags as JSON text, then the prediction as JSON text.
+_JSON_LINE = ("{" + ", ".join(f'"{key}": %{"s" if key in _TEXT else "d"}' for key in INTERVAL_KEYS)
+              + "".join(f', "{key}": %s' for key in PREDICTION_KEYS[:-1])
+              + ', "confidence": {' + ", ".join(f'"{k}": %s' for k in CONFIDENCE_KEYS) + "}}\n")
+_CSV_LINE = ",".join("%s" if key in _TEXT else "%d" for key in INTERVAL_KEYS) \
+    + ",%s" * (len(CSV_KEYS) - len(INTERVAL_KEYS)) + "\n"
+#: Confidences are written to this many places.
+CONFIDENCE_PLACES = 4
 
 
 def _json_number(x: float) -> str:
@@ -46,27 +58,58 @@ def _csv_number(x: float) -> str:
     return "" if x != x else repr(round(x, 6))
 
 
-def _rows(iv: Intervals, number):
-    """Each interval's values, in :data:`JSON_KEYS` order, the distance and
-    ``new_phase`` as text."""
+def _rows(iv: Intervals, number, nothing: str):
+    """Each interval's values, in :data:`JSON_KEYS` order (``confidence``
+    spread), the distance, ``new_phase`` and the prediction as text
+    (``nothing`` where there is none)."""
     distance = [number(d) for d in iv.distance.tolist()]
     status = iv.statuses
     new, tentative, no_data = ([("false", "true")[b] for b in flags.tolist()]
                                for flags in (iv.new_phase, status == TENTATIVE, status == NO_DATA))
     return zip(iv.index.tolist(), iv.t_start_ns.tolist(), iv.t_end_ns.tolist(),
                iv.instructions.tolist(), iv.cycles.tolist(), iv.samples.tolist(),
-               distance, iv.phase.tolist(), new, tentative, no_data)
+               distance, iv.phase.tolist(), new, tentative, no_data,
+               *_prediction_columns(iv, number, nothing))
+
+
+def _prediction_columns(iv: Intervals, number, nothing: str) -> list[list[str]]:
+    """The prediction's columns as text; ``nothing`` where an interval has no
+    phase, or no prediction was made."""
+    pr = iv.prediction
+    if pr is None:
+        return [[nothing] * len(iv)] * (len(PREDICTION_KEYS) + len(CONFIDENCE_KEYS) - 1)
+    known = pr.next_phase >= 0
+
+    def ids(column):
+        return [str(x) if x >= 0 else nothing for x in column.tolist()]
+
+    def confidences(column):
+        text = _confidence_texts()
+        at = np.where(known, np.rint(column * 10 ** CONFIDENCE_PLACES), -1).astype(np.int64)
+        return [text[k] if k >= 0 else nothing for k in at.tolist()]
+    return [ids(pr.next_phase), ids(pr.after_change), ids(pr.remaining),
+            [number(x) for x in pr.remaining_s.tolist()],
+            confidences(pr.confidence_next), confidences(pr.confidence_after_change),
+            confidences(pr.confidence_remaining)]
+
+
+@functools.cache
+def _confidence_texts() -> list[str]:
+    """Each confidence of :data:`CONFIDENCE_PLACES` places as JSON spells it."""
+    scale = 10 ** CONFIDENCE_PLACES
+    return [repr(round(k / scale, CONFIDENCE_PLACES)) for k in range(scale + 1)]
 
 
 def json_lines(iv: Intervals) -> str:
     """One JSON object a line, byte for byte what ``json.dumps`` writes for
     each interval's dict."""
-    return "".join([_JSON_LINE % row for row in _rows(iv, _json_number)])
+    return "".join([_JSON_LINE % row for row in _rows(iv, _json_number, "null")])
 
 
 def csv_lines(iv: Intervals) -> str:
-    """The same values as CSV rows (no distance: empty; booleans true/false)."""
-    return "".join([_CSV_LINE % row for row in _rows(iv, _csv_number)])
+    """The same values as CSV rows (no distance, no prediction: empty;
+    booleans true/false)."""
+    return "".join([_CSV_LINE % row for row in _rows(iv, _csv_number, "")])
 
 
 class ResultsSink(Sink):
@@ -80,7 +123,7 @@ class ResultsSink(Sink):
         self.csv = csv
         self.output = output
         if csv:
-            self._put(",".join(JSON_KEYS) + "\n")
+            self._put(",".join(CSV_KEYS) + "\n")
 
     @classmethod
     def open(cls, path: str, inputs=()) -> "ResultsSink":

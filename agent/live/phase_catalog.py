@@ -69,9 +69,18 @@ class RunCatalog:
         self.names = {p.known.id: p.name for p in known}
         self.first_seen = {p.known.id: p.first_seen for p in known}
 
-    def save(self, pipeline, intervals: dict[int, int]) -> None:
+    def seed_predictor(self, tap, known: list[int]) -> None:
+        """Start the run's phase predictor from what earlier runs learnt of
+        the ``known`` phases (those the classifier starts from)."""
+        if not self.catalog.usable or not known:
+            return
+        memory = self.catalog.prediction_memory(f"{self.program}|{self.profile}")
+        if memory is not None:
+            tap.seed("", memory, known)
+
+    def save(self, pipeline, intervals: dict[int, int], tap=None) -> None:
         """The run's live phases back into the catalogue, with the intervals
-        each took in this run."""
+        each took in this run, and what the phase predictor learnt of them."""
         if not self.catalog.usable:
             return
         now = time.time()
@@ -79,8 +88,9 @@ class RunCatalog:
                                self.first_seen.get(k.id, now),
                                now if intervals.get(k.id) else self.first_seen.get(k.id, now))
                   for k in pipeline.classifier.known()]
+        memory = tap.memory("", [p.known.id for p in phases]) if tap is not None else None
         self.catalog.save(self.program, self.path, self.profile, pipeline.classifier.next_id,
-                          phases)
+                          phases, memory)
 
     def close(self) -> None:
         self.catalog.close()

@@ -83,6 +83,7 @@ class WatchResult:
     energy: dict | None             # per phase, where RAPL was read
     failures: list[str]             # outputs that could not be written
     names: dict[int, str] = field(default_factory=dict)    # each phase's name
+    prediction: dict | None = None  # the scores of the phase predictions
 
 
 class Watch:
@@ -102,6 +103,7 @@ class Watch:
         self.tree = None
         self.functions: PhaseFunctions | None = None
         self.summary: PhaseSummary | None = None
+        self.prediction = None          # the tap that predicts the phases
         self.trace = None
         self.exit_status: int | None = None
         self.catalog = None
@@ -140,6 +142,7 @@ class Watch:
 
     def _start(self, feed: SourceThread):
         from ..core.driver import Driver
+        from ..core.prediction import PredictionTap
         from ..formats.results import PhaseSummary
         from .loop import LiveRun
         from .phase_functions import PhaseFunctions
@@ -156,6 +159,12 @@ class Watch:
         self.catalog = self._catalog()
         if self.pipeline.classifier.live:       # a recording replays from the same phases
             self.meta["known_phases"] = self.pipeline.known_phases()
+        self.prediction = PredictionTap.for_pipeline(self.pipeline)
+        if self.catalog is not None:
+            known = [int(i) for i in self.pipeline.classifier.ids if i >= 0]
+            self.catalog.seed_predictor(self.prediction, known)
+            # a recording replays to the same predictions
+            self.meta["prediction_memory"] = self.prediction.memory("", known)
         self.meta["detection"] = self.settings.recorded()
         self.tree = TreeSymbolizer(self.symbolizer)
         tree_watch = TreeWatch(self.tree, also=[pinning.look]).start()
@@ -165,9 +174,11 @@ class Watch:
         maps = ProcessMappings(child.pid, self.pipeline, record=trace, just_execd=True,
                                records=task_records_of(self.source), tree=self.tree)
         self.trace = trace
-        # The trace first, energy before the command's own sinks (a profile
-        # takes each interval's energy when it is written, at the close).
-        sinks = [*([trace] if trace else []), maps, self.functions, pinning, self.summary,
+        # The trace first, the prediction before what writes it, energy
+        # before the command's own sinks (a profile takes each interval's
+        # energy when it is written, at the close).
+        sinks = [*([trace] if trace else []), maps, self.functions, pinning, self.prediction,
+                 self.summary,
                  *self.options.opened, *([self.options.energy] if self.options.energy else []),
                  *self.options.sinks(self)]
         driver = Driver(self.pipeline, sinks)
@@ -248,7 +259,8 @@ class Watch:
         }
         energy = self.options.energy
         return WatchResult(info, self.summary, self.pipeline.stats(), self.functions,
-                           energy.per_phase() if energy else None, failures, self._names())
+                           energy.per_phase() if energy else None, failures, self._names(),
+                           self.prediction.summary() if self.prediction else None)
 
     # -- the pieces ----------------------------------------------------------
 
@@ -285,7 +297,8 @@ class Watch:
         from .phase_catalog import CATALOG_ERRORS
         rows = self.summary.table()
         try:
-            self.catalog.save(self.pipeline, {r["phase"]: r["intervals"] for r in rows})
+            self.catalog.save(self.pipeline, {r["phase"]: r["intervals"] for r in rows},
+                              self.prediction)
         except CATALOG_ERRORS as exc:
             self.options.say(f"phase catalogue {self.options.catalog} not updated: {exc}")
         finally:

@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from ..core.driver import Driver
 from ..core.pipeline import PipelineStats
+from ..core.prediction import PredictionTap
 from ..core.settings import DetectionSettings, pipeline_for
 from ..errors import UserError
 from ..formats import bbvfile
@@ -29,6 +30,7 @@ class Replayed:
     ari: float | None = None    # against the labels, where given
     labels: str | None = None
     chosen: str | None = "bbv"  # the detector the options or the recording chose; None: none
+    prediction: dict | None = None  # the scores of the phase predictions
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,8 @@ def replay_samples(path: str, options: ReplayOptions, warn, cpu: int | None,
         settings = DetectionSettings.given(options.given, meta.get("detection"))
         pipeline = pipeline_for(meta, settings, tuple(meta.get("signals") or source.signals), warn)
         summary = PhaseSummary(keep_phases=options.labels is not None)
-        sinks = [summary, *result_sinks(options.output, inputs)]
+        tap = PredictionTap.for_pipeline(pipeline, meta.get("prediction_memory"))
+        sinks = [tap, summary, *result_sinks(options.output, inputs)]
         if options.pprof and cpu is None:
             sinks.append(profile_sink(options.pprof, source, path, inputs))
         if hasattr(source, "read_only"):
@@ -80,7 +83,7 @@ def replay_samples(path: str, options: ReplayOptions, warn, cpu: int | None,
     finally:
         source.close()
     return Replayed(path if cpu is None else f"{path} CPU {cpu}", summary, pipeline.stats(),
-                    failures, chosen=settings.detector)
+                    failures, chosen=settings.detector, prediction=tap.summary())
 
 
 def replay_bb(path: str, options: ReplayOptions, inputs: list) -> Replayed:
@@ -89,10 +92,12 @@ def replay_bb(path: str, options: ReplayOptions, inputs: list) -> Replayed:
     settings = DetectionSettings.given(options.given)
     bbvreplay.check_detector(settings.detector)
     summary = PhaseSummary(keep_phases=options.labels is not None)
-    driver = Driver(bbvreplay.NO_SAMPLES, [summary, *result_sinks(options.output, inputs)])
-    classifier = bbvreplay.BbClassifier(replace(settings.detector_params(), detector="bbv"))
+    params = replace(settings.detector_params(), detector="bbv")
+    tap = PredictionTap(params.max_phases)
+    driver = Driver(bbvreplay.NO_SAMPLES, [tap, summary, *result_sinks(options.output, inputs)])
+    classifier = bbvreplay.BbClassifier(params)
     failures = drive(driver, lambda: classifier.run(path, driver))
-    return Replayed(path, summary, classifier.stats(), failures)
+    return Replayed(path, summary, classifier.stats(), failures, prediction=tap.summary())
 
 
 def drive(driver: Driver, work: Callable[[], None]) -> list[str]:

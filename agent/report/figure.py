@@ -22,6 +22,7 @@ from ..core.classify import threshold_history
 from ..core.intervals import SEGMENTS
 from ..core.params import Params
 from ..core.pipeline import Intervals
+from ..core.predict import NONE, PhasePredictor
 from ..core.source import Sink
 
 MAX_COLUMNS = 2000
@@ -64,6 +65,10 @@ class PhaseFigure:
     truth: np.ndarray | None = None          # int64 [columns], codes of truth_names
     truth_names: list[str] | None = None
     ari: float | None = None
+    #: The phase predicted for each column's intervals on the interval before,
+    #: and the share of intervals so predicted right.
+    predicted: np.ndarray | None = None
+    prediction_accuracy: float | None = None
 
     @property
     def columns(self) -> int:
@@ -124,6 +129,7 @@ class FigureRecorder(Sink):
         self.segments = SEGMENTS[:len(bounds) - 1]
         self._profiles = ColumnSums(width + len(self.segments), max_columns)
         self._scalars: list[Intervals] = []
+        self._predicted: list[np.ndarray | None] = []    # each block's predicted_next, if made
         #: Labels code-signature entries (e.g. :meth:`.code_entries.CodeEntries.names`).
         self.name_entries = lambda entries: {}
 
@@ -143,6 +149,8 @@ class FigureRecorder(Sink):
         has = (intervals.segment_samples > 0).astype(np.float64)
         self._profiles.add(np.hstack([intervals.profiles, has]))
         self._scalars.append(replace(intervals, profiles=None, segment_samples=None))
+        pr = intervals.prediction
+        self._predicted.append(pr.next_phase.copy() if pr is not None else None)
 
     @property
     def n_intervals(self) -> int:
@@ -163,12 +171,16 @@ class FigureRecorder(Sink):
         threshold = threshold_history(distance, new_phase, self.params.detector, status)
         per = self._profiles.per
         starts = np.arange(0, n, per)
+        made = (np.concatenate(self._predicted)
+                if self._predicted and all(p is not None for p in self._predicted) else None)
+        predicted, accuracy = predicted_phases(np.asarray(phase, np.int64), made)
         return PhaseFigure(
             n_intervals=n, per_column=per, first_interval=starts,
             t_start_s=(t_start[starts] - t_start[0]) / 1e9,
             heatmaps=self._heatmaps(),
             distance=column_means(distance, per), threshold=column_means(threshold, per),
-            phase=column_modes(phase, per))
+            phase=column_modes(phase, per), predicted=column_modes(predicted, per),
+            prediction_accuracy=accuracy)
 
     def _heatmaps(self) -> list[Heatmap]:
         sums = self._profiles.result()
@@ -223,6 +235,30 @@ def _the_same_throughout(values: np.ndarray) -> bool:
         return False
     moved = np.abs(np.cumsum(seen - seen.mean(axis=0), axis=1)).sum(axis=1)
     return bool(moved.max() / max(seen.shape[1] - 1, 1) < STEADY_DISTANCE)
+
+
+def predicted_phases(phase: np.ndarray,
+                     ahead: np.ndarray | None = None) -> tuple[np.ndarray, float | None]:
+    """The phase predicted for each interval on the interval before (an
+    interval with none predicted shows its own phase), and the share of
+    intervals predicted right.  ``ahead``: each interval's ``predicted_next``
+    as the run made it (a live run's tap); without it, or where it is not
+    one per phase, the predictor (core.predict) is run over the phases."""
+    if ahead is None or len(ahead) != len(phase):
+        predictor = PhasePredictor()
+        ahead = np.array([predictor.observe(p).next_phase for p in phase.tolist()], np.int64)
+    predicted = np.concatenate([phase[:1], ahead[:-1]])
+    scored = np.concatenate([[False], (ahead[:-1] != NONE) & (phase[1:] >= 0)])
+    accuracy = float((predicted[scored] == phase[scored]).mean()) if scored.any() else None
+    predicted[~scored] = phase[~scored]
+    return predicted, accuracy
+
+
+def predicted_title(fig: PhaseFigure) -> str:
+    """The predicted band's title, with its accuracy."""
+    right = fig.prediction_accuracy
+    return ("phase predicted on the interval before"
+            + ("" if right is None else f" (right for {100 * right:.1f} % of the intervals)"))
 
 
 def column_means(values: np.ndarray, per: int) -> np.ndarray:

@@ -14,7 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .figure import PhaseFigure, phase_colours
+from .figure import PhaseFigure, phase_colours, predicted_title
 
 ROW_HEIGHT = {"heatmap": 0.26, "distance": 0.16, "band": 0.05}
 #: The page loads Plotly from this file beside it (written with the page).
@@ -23,21 +23,24 @@ PLOTLY_FILE = "plotly.min.js"
 
 def build_figure(fig: PhaseFigure) -> go.Figure:
     rows = [("heatmap", h) for h in fig.heatmaps] + [("distance", None), ("band", "phase")]
+    if fig.predicted is not None:
+        rows.append(("band", "predicted"))
     if fig.truth is not None:
         rows.append(("band", "truth"))
     heights = np.array([ROW_HEIGHT[kind] for kind, _ in rows])
     plot = make_subplots(rows=len(rows), cols=1, shared_xaxes=True, vertical_spacing=0.025,
                          row_heights=list(heights / heights.sum()),
-                         subplot_titles=[_row_title(kind, item) for kind, item in rows])
+                         subplot_titles=[_row_title(kind, item, fig) for kind, item in rows])
     x = fig.first_interval
     for r, (kind, item) in enumerate(rows, start=1):
         if kind == "heatmap":
             _add_heatmap(plot, r, x, item, fig)
         elif kind == "distance":
             _add_distance(plot, r, x, fig)
-        elif item == "phase":
-            _add_band(plot, r, x, fig.phase, [f"phase {p}" for p in range(fig.phase.max() + 1)],
-                      "phase-band")
+        elif item in ("phase", "predicted"):
+            codes = fig.phase if item == "phase" else fig.predicted
+            top = max(fig.phase.max(), fig.predicted.max() if fig.predicted is not None else 0)
+            _add_band(plot, r, x, codes, [f"phase {p}" for p in range(top + 1)], f"{item}-band")
         else:
             _add_band(plot, r, x, fig.truth, fig.truth_names, "truth-band")
     plot.update_xaxes(title_text="interval", row=len(rows), col=1)
@@ -66,13 +69,16 @@ def x_axis_menu(fig: PhaseFigure, traces: int, rows: int) -> dict:
                               args=[{"x": [seconds] * traces}, {title: "seconds from the start"}])])
 
 
-def _row_title(kind: str, item) -> str:
+def _row_title(kind: str, item, fig: PhaseFigure) -> str:
     if kind == "heatmap":
         shown = f" ({item.shown})" if item.shown else ""
         return f"{item.title} histogram per interval{shown}"
     if kind == "distance":
         return "distance to the phase taken, and the threshold"
+    if item == "predicted":
+        return predicted_title(fig)
     return "phase" if item == "phase" else "ground truth"
+
 
 
 def _add_heatmap(plot, row: int, x, heat, fig: PhaseFigure) -> None:

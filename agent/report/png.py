@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
-from .figure import PhaseFigure, phase_colours  # noqa: E402
+from .figure import PhaseFigure, phase_colours, predicted_title  # noqa: E402
 
 WIDTH_PX = 1600
 DPI = 100
@@ -26,6 +26,8 @@ BOTTOM_IN = 0.6
 
 def rows_of(fig: PhaseFigure) -> list[tuple[str, object]]:
     rows = [("heatmap", h) for h in fig.heatmaps] + [("distance", None), ("band", "phase")]
+    if fig.predicted is not None:
+        rows.append(("band", "predicted"))
     if fig.truth is not None:
         rows.append(("band", "truth"))
     return rows
@@ -53,6 +55,9 @@ def write_png(fig: PhaseFigure, title: str, path) -> None:
             _distance(ax, fig)
         elif item == "phase":
             _band(ax, fig.phase, int(fig.phase.max()) + 1, extent_x, "phase")
+        elif item == "predicted":
+            _band(ax, fig.predicted, int(max(fig.phase.max(), fig.predicted.max())) + 1, extent_x,
+                  predicted_title(fig))
         else:
             label = "ground truth" + (f" (ARI {fig.ari:.3f})" if fig.ari is not None else "")
             _band(ax, fig.truth, len(fig.truth_names), extent_x, label)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..collectors.registry import CHOICES
 from ..core.settings import detector_label
 from ..formats.results import finite, summary_dict
-from .tables import phase_table, summary_lines
+from .tables import phase_table, prediction_line, summary_lines
 
 TOP_FUNCTIONS = 3
 
@@ -21,6 +21,7 @@ def run_json(result) -> dict:
         top = result.functions.top(row["phase"], TOP_FUNCTIONS)
         row["top_functions"] = [{"name": name, "share": share} for name, share in top]
         row.update(result.energy.get(row["phase"], {}) if result.energy is not None else {})
+    out["prediction"] = result.prediction
     return finite(out)
 
 
@@ -45,6 +46,8 @@ def run_lines(result) -> list:
         **energy_columns, "top functions": [top_functions_cell(top) for top in tops]},
         names=result.names))
     lines += summary_lines(summary, stats.dropped, stats.implausible)
+    if result.prediction:
+        lines.append(prediction_line(result.prediction))
     lost = info["samples_lost"]
     if lost["ring"] or lost["queue"]:
         lines.append(f"samples lost: {lost['ring']} in the kernel ring buffers, "

@@ -70,3 +70,14 @@ def summary_lines(summary: PhaseSummary, dropped: dict[str, int],
                      "10 GHz; check the MSR device or the trace): "
                      + ", ".join(f"{k} {v}" for k, v in implausible.items()))
     return lines
+
+
+def prediction_line(p: dict) -> str:
+    """The scores of the phase predictions, in a line."""
+    def share(x) -> str:
+        return "-" if x is None else f"{100 * x:.1f} %"
+    error = p["median_remaining_error"]
+    return (f"prediction: next interval right {share(p['next_accuracy'])} of {p['next_scored']}, "
+            f"the phase after a change {share(p['change_accuracy'])} of {p['changes']} "
+            f"({p['changes_foreseen']} foreseen an interval ahead), remaining length "
+            f"median error {share(error)}")

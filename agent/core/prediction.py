@@ -1,0 +1,224 @@
+"""Prediction beside classification: the tap that predicts each stream's
+phases as the driver hands them on, and the scores of its predictions.
+
+:class:`PredictionTap` is a sink put before the others: it gives each
+classified block of intervals its :class:`~.predict.Predictions`
+(``intervals.prediction``), which the results file, the daemon's events and
+the report read, and keeps a :class:`PredictionScore` per stream.
+
+A prediction is scored when what it predicted is known:
+
+- the next interval's phase, on every interval that has a next one;
+- at a change (the next interval's phase differs), the phase after the
+  change as predicted on the last interval before it, and whether the next
+  interval itself was foreseen;
+- the remaining intervals, when the run ends: the relative error
+  ``|predicted - true| / (true + 1)`` (the remaining length counting the
+  interval itself; the last run of a stream, cut off, is not scored).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Iterable
+
+import numpy as np
+
+from .predict import MAX_PHASES, NONE, PhasePredictor, Predictions
+from .source import Sink
+
+if TYPE_CHECKING:
+    from .source import Classified
+
+#: Relative errors of the remaining length are counted in bins this wide, up
+#: to :data:`ERROR_CAP` (beyond: one bin); the median is read from them.
+ERROR_BIN = 0.002
+ERROR_CAP = 4.0
+#: Predictions of the remaining length waiting for their run to end, at most
+#: (a longer run keeps every second one, then every fourth, ...).
+PENDING = 4096
+
+
+class PredictionScore:
+    """Right and wrong of one stream's predictions, in bounded memory."""
+
+    def __init__(self):
+        self.next_right = self.next_wrong = 0
+        self.change_right = self.change_wrong = 0       # the phase after a change
+        self.foreseen = 0                               # changes the next-interval prediction named
+        self.errors = np.zeros(int(ERROR_CAP / ERROR_BIN) + 1, np.int64)
+        self.phase = NONE               # the last interval's phase
+        self.last_next = self.last_after = NONE     # and what was predicted on it
+        self.run = 0                    # intervals in the current run so far
+        self.pending_at: list[np.ndarray] = []      # positions in the run, predicted remaining
+        self.pending_left: list[np.ndarray] = []
+        self.pending = 0
+        self.stride = 1
+
+    def add(self, phases: np.ndarray, predicted: Predictions) -> np.ndarray:
+        phases = np.asarray(phases, np.int64)
+        """The phases of the next intervals and the predictions made on
+        them; whether each interval's phase was the one predicted on the
+        interval before (1, 0; -1 where there was none to score)."""
+        before = np.concatenate([[self.phase], phases[:-1]])
+        said_next = np.concatenate([[self.last_next], predicted.next_phase[:-1]])
+        said_after = np.concatenate([[self.last_after], predicted.after_change[:-1]])
+        scored = (phases >= 0) & (before >= 0)
+        right = scored & (said_next == phases)
+        change = scored & (phases != before)
+        changed_right = change & (said_after == phases)
+        self.next_right += int(right.sum())
+        self.next_wrong += int(scored.sum()) - int(right.sum())
+        self.foreseen += int((change & right).sum())
+        self.change_right += int(changed_right.sum())
+        self.change_wrong += int(change.sum()) - int(changed_right.sum())
+        self._runs(phases, before, predicted.remaining)
+        self.phase = int(phases[-1])
+        self.last_next = int(predicted.next_phase[-1])
+        self.last_after = int(predicted.after_change[-1])
+        return np.where(scored, right, -1).astype(np.int8)
+
+    def _runs(self, phases: np.ndarray, before: np.ndarray, remaining: np.ndarray) -> None:
+        """Each run's predictions of its remaining length kept until it ends."""
+        bounds = [0, *np.flatnonzero(phases != before).tolist(), len(phases)]
+        for k, (start, end) in enumerate(zip(bounds, bounds[1:])):
+            if k:               # a run ended before this one
+                self._run_ended()
+            if end > start and phases[start] >= 0:
+                at = self.run + 1 + np.arange(end - start)
+                keep = at % self.stride == 0
+                self._pend(at[keep], remaining[start:end][keep])
+                self.run += end - start
+
+    def _pend(self, at: np.ndarray, left: np.ndarray) -> None:
+        self.pending_at.append(at)
+        self.pending_left.append(left)
+        self.pending += len(at)
+        if self.pending >= PENDING:
+            at, left = np.concatenate(self.pending_at), np.concatenate(self.pending_left)
+            keep = at % (2 * self.stride) == 0
+            self.pending_at, self.pending_left = [at[keep]], [left[keep]]
+            self.pending, self.stride = int(keep.sum()), 2 * self.stride
+
+    def _run_ended(self) -> None:
+        if self.pending:
+            at = np.concatenate(self.pending_at).astype(np.float64)
+            predicted = np.concatenate(self.pending_left).astype(np.float64)
+            true = self.run - at
+            error = np.abs(predicted - true) / (true + 1)
+            bins = np.minimum((error / ERROR_BIN).astype(np.int64), len(self.errors) - 1)
+            self.errors += np.bincount(bins, minlength=len(self.errors))
+        self.pending_at, self.pending_left, self.pending = [], [], 0
+        self.stride, self.run = 1, 0
+
+    @property
+    def next_accuracy(self) -> float | None:
+        return _share(self.next_right, self.next_wrong)
+
+    @property
+    def change_accuracy(self) -> float | None:
+        return _share(self.change_right, self.change_wrong)
+
+    @property
+    def median_remaining_error(self) -> float | None:
+        total = int(self.errors.sum())
+        if not total:
+            return None
+        at = int(np.searchsorted(np.cumsum(self.errors), (total + 1) // 2))
+        return round((at + 0.5) * ERROR_BIN, 4) if at < len(self.errors) - 1 else ERROR_CAP
+
+    def summary(self) -> dict:
+        """What ``run --json`` and replay tell of the predictions."""
+        changes = self.change_right + self.change_wrong
+        return {"next_accuracy": self.next_accuracy,
+                "next_scored": self.next_right + self.next_wrong,
+                "change_accuracy": self.change_accuracy, "changes": changes,
+                "changes_foreseen": self.foreseen,
+                "median_remaining_error": self.median_remaining_error,
+                "remaining_scored": int(self.errors.sum())}
+
+
+def _share(right: int, wrong: int) -> float | None:
+    return right / (right + wrong) if right + wrong else None
+
+
+class PredictionTap(Sink):
+    """Predicts each stream's intervals as they are classified, and scores
+    the predictions.  ``live_phases``, where given, tells a stream's live
+    phase ids; the predictor forgets the others after each block."""
+
+    def __init__(self, max_phases: int = MAX_PHASES,
+                 live_phases: Callable[[str], Iterable[int] | None] | None = None):
+        self.max_phases = max_phases
+        self.live_phases = live_phases
+        self.predictors: dict[str, PhasePredictor] = {}
+        self.scores: dict[str, PredictionScore] = {}
+
+    def classified(self, c: Classified) -> None:
+        iv = c.intervals
+        if iv.partial or len(iv) == 0:
+            return
+        predictor, score = self._stream(c.stream)
+        phase = iv.phase
+        starts = np.flatnonzero(np.diff(phase, prepend=-2) | iv.new_phase).tolist()
+        rows = []
+        for start, end in zip(starts, [*starts[1:], len(phase)]):
+            if iv.new_phase[start]:     # an id opened afresh (a daemon's slot taken again)
+                predictor.forget(int(phase[start]))
+            rows.append(predictor.observe_run(int(phase[start]), end - start))
+        iv.prediction = Predictions.of(np.concatenate(rows), (iv.t_end_ns - iv.t_start_ns) / 1e9)
+        iv.prediction.outcome = score.add(iv.phase, iv.prediction)
+        if self.live_phases is not None:
+            live = self.live_phases(c.stream)
+            if live is not None:
+                predictor.retain(live)
+
+    @classmethod
+    def for_pipeline(cls, pipeline, memory: dict | None = None) -> "PredictionTap":
+        """The tap of a command's one pipeline: bounded as its classifier,
+        forgetting the phases the classifier retires, and started from
+        ``memory`` (a recording's ``prediction_memory``) of the phases the
+        classifier starts from."""
+        classifier = pipeline.classifier
+        retired = [classifier.retired]
+
+        def live(stream: str):
+            if classifier.retired == retired[0]:
+                return None
+            retired[0] = classifier.retired
+            ids = classifier.ids
+            return ids[ids >= 0].tolist()
+        tap = cls(classifier.params.max_phases, live)
+        if memory:
+            ids = classifier.ids
+            tap.seed("", memory, ids[ids >= 0].tolist())
+        return tap
+
+    def forget_stream(self, name: str) -> None:
+        """The stream has gone, or its phases were all retired (a daemon's
+        target): its predictor with it."""
+        self.predictors.pop(name, None)
+        self.scores.pop(name, None)
+
+    def forget_all(self) -> None:
+        self.predictors.clear()
+        self.scores.clear()
+
+    def seed(self, stream: str, memory: dict, known: Iterable[int]) -> bool:
+        """Start the stream's predictor from an earlier run's memory."""
+        return self._stream(stream)[0].seed(memory, known)
+
+    def memory(self, stream: str, phases: Iterable[int]) -> dict | None:
+        """What the stream's predictor learnt of ``phases``, to be kept."""
+        predictor = self.predictors.get(stream)
+        return predictor.memory_dict(phases) if predictor is not None else None
+
+    def summary(self, stream: str = "") -> dict | None:
+        score = self.scores.get(stream)
+        return score.summary() if score is not None else None
+
+    def _stream(self, name: str) -> tuple[PhasePredictor, PredictionScore]:
+        predictor = self.predictors.get(name)
+        if predictor is None:
+            predictor = self.predictors[name] = PhasePredictor(self.max_phases)
+            self.scores[name] = PredictionScore()
+        return predictor, self.scores[name]
