@@ -52,7 +52,8 @@ if TYPE_CHECKING:
 SAMPLE_RATE_HZ = 1000
 #: perf's own default ceiling (kernel.perf_event_max_sample_rate).
 MAX_RATE_HZ = 100_000
-#: Width of the table when stderr is a file or pipe (a terminal's own width otherwise).
+#: Width of the table when stderr is a file or pipe and COLUMNS is not set (a
+#: terminal's own width otherwise).
 PIPE_WIDTH = 120
 
 
@@ -306,9 +307,9 @@ def report(args, result: WatchResult) -> None:
         return
     from ..report.run_summary import run_lines
     out = rich_console(sys.stderr)
-    if not out.is_terminal:
+    if not out.is_terminal and "COLUMNS" not in os.environ:
         out.width = max(out.width, PIPE_WIDTH)
-    for line in run_lines(result):
+    for line in run_lines(result, out.width):
         out.print(line)
 
 

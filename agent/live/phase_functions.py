@@ -31,6 +31,9 @@ FOLD_AT = 65536
 class PhaseFunctions(Sink):
     """Per-phase sample counts by function, fed alongside the pipeline."""
 
+    #: The trace columns it reads (a replay reads these besides the detector's).
+    columns = ("ip", "tid")
+
     def __init__(self, symbolizer: Symbolizer | TreeSymbolizer, fold_at: int = FOLD_AT):
         self.symbolizer = symbolizer
         self.fold_at = fold_at
