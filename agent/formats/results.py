@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 JSON_KEYS = ("index", "t_start_ns", "t_end_ns", "instructions", "cycles", "samples",
              "distance", "phase", "new_phase", "tentative", "no_data")
-_TEXT = ("distance", "new_phase", "tentative", "no_data")
+_TEXT = ("instructions", "cycles", "distance", "new_phase", "tentative", "no_data")
 #: One interval's line, as ``json.dumps`` writes its dict: integers, then the
 #: distance and the flags as JSON text.
 _JSON_LINE = "{" + ", ".join(f'"{key}": %{"s" if key in _TEXT else "d"}'
@@ -46,27 +46,36 @@ def _csv_number(x: float) -> str:
     return "" if x != x else repr(round(x, 6))
 
 
-def _rows(iv: Intervals, number):
-    """Each interval's values, in :data:`JSON_KEYS` order, the distance and
-    ``new_phase`` as text."""
+def _counts(counts: np.ndarray, samples: np.ndarray, missing: str) -> list[str]:
+    """Counts as text; ``missing`` for a count of 0 over samples: a counter
+    the host does not count (a CPU that was sampled ran cycles)."""
+    return [missing if n == 0 and k else str(n)
+            for n, k in zip(counts.tolist(), samples.tolist())]
+
+
+def _rows(iv: Intervals, number, missing: str):
+    """Each interval's values, in :data:`JSON_KEYS` order, the counts, the
+    distance and the flags as text."""
     distance = [number(d) for d in iv.distance.tolist()]
     status = iv.statuses
     new, tentative, no_data = ([("false", "true")[b] for b in flags.tolist()]
                                for flags in (iv.new_phase, status == TENTATIVE, status == NO_DATA))
     return zip(iv.index.tolist(), iv.t_start_ns.tolist(), iv.t_end_ns.tolist(),
-               iv.instructions.tolist(), iv.cycles.tolist(), iv.samples.tolist(),
+               _counts(iv.instructions, iv.samples, missing),
+               _counts(iv.cycles, iv.samples, missing), iv.samples.tolist(),
                distance, iv.phase.tolist(), new, tentative, no_data)
 
 
 def json_lines(iv: Intervals) -> str:
     """One JSON object a line, byte for byte what ``json.dumps`` writes for
     each interval's dict."""
-    return "".join([_JSON_LINE % row for row in _rows(iv, _json_number)])
+    return "".join([_JSON_LINE % row for row in _rows(iv, _json_number, "null")])
 
 
 def csv_lines(iv: Intervals) -> str:
-    """The same values as CSV rows (no distance: empty; booleans true/false)."""
-    return "".join([_CSV_LINE % row for row in _rows(iv, _csv_number)])
+    """The same values as CSV rows (no distance, a count not taken: empty;
+    booleans true/false)."""
+    return "".join([_CSV_LINE % row for row in _rows(iv, _csv_number, "")])
 
 
 class ResultsSink(Sink):
@@ -231,9 +240,16 @@ def summary_dict(summary: PhaseSummary, stats: PipelineStats, ari) -> dict:
         "dropped_deltas": stats.dropped,
         "implausible_values": stats.implausible,
         "partial_interval": None if tail is None else {
-            "samples": int(tail.samples[0]), "instructions": int(tail.instructions[0])},
+            "samples": int(tail.samples[0]), "instructions": counted(tail, 0)},
         "ari": ari,
     }
+
+
+def counted(iv: Intervals, k: int) -> int | None:
+    """Interval ``k``'s instructions; None where they were not counted (0
+    over samples, as in the results)."""
+    n, samples = int(iv.instructions[k]), int(iv.samples[k])
+    return None if n == 0 and samples else n
 
 
 def finite(value):
