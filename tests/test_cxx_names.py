@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from phasewatch.formats.trace import TraceReader
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent / "phasewatch"
 SOURCE = ROOT / "tests" / "workloads" / "templates.cc"
@@ -115,3 +117,21 @@ def test_replay_names_the_top_functions_the_recording_maps(watched):
     phases = json.loads(proc.stdout)["phases"]
     names = [f["name"] for row in phases for f in row["top_functions"]]
     assert any("Accumulator<unsigned long, double" in n and "::fold(" in n for n in names), names
+
+
+def test_instructions_not_counted_are_not_shown_as_0(watched):
+    text, report = watched
+    reader = TraceReader(str(report / "run.arrow"))
+    counted = "instructions" in reader.signals
+    reader.close()
+    for left_out in [line for line in text.splitlines()
+                     if line.startswith("left out: the trailing")]:     # where there is a tail
+        assert ("instructions not counted" in left_out) == (not counted), left_out
+        assert " 0 instructions" not in left_out, left_out
+    proc = subprocess.run([str(BIN), "replay", "--json", "--output", str(report / "r.jsonl"),
+                           str(report / "run.arrow")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    tail = json.loads(proc.stdout)["partial_interval"]
+    assert tail is None or (tail["instructions"] is None) == (not counted), tail
+    rows = [json.loads(line) for line in (report / "r.jsonl").read_text().splitlines()]
+    assert all((r["instructions"] is None) == (not counted) for r in rows), rows[:3]
