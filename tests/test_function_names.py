@@ -2,8 +2,10 @@
 list; here also no template arguments), and fitted into a width."""
 
 import pytest
+from hypothesis import given, strategies as st
 
 from phasewatch.live.function_names import fit_name, short_name
+from phasewatch.report.tables import top_functions_cell
 
 FOLD = ("workload::detail::Accumulator<unsigned long, double, std::less<unsigned long> >::fold("
         "std::vector<std::pair<unsigned long, double>, std::allocator<std::pair<unsigned long, "
@@ -34,3 +36,25 @@ def test_fit_name_drops_leading_scopes_then_cuts():
     assert fit_name(FOLD, 24) == "…::Accumulator<>::fold"
     assert fit_name(FOLD, 10) == "…::fold"
     assert fit_name("a_very_long_c_function_name", 10) == "a_very_lo…"
+
+
+def test_a_cell_keeps_every_function_where_they_fit():
+    top = [("f1", 0.91), ("[vdso]", 0.06), ("clock", 0.023)]
+    assert top_functions_cell(top, 40) == "f1 91%, [vdso] 6%, clock 2%"
+    assert top_functions_cell(top, 12) == "f1 91%,\n[vdso] 6%"
+    assert top_functions_cell(top) == "f1 91%, [vdso] 6%, clock 2%"
+
+
+def test_a_cell_adds_up_the_shares_of_one_short_name():
+    top = [(FOLD, 0.6), (FOLD.replace(".isra.0", ".cold"), 0.3), ("main", 0.1)]
+    assert top_functions_cell(top) == "workload::detail::Accumulator<>::fold 90%, main 10%"
+
+
+@given(st.lists(st.tuples(st.text(st.characters(min_codepoint=33, max_codepoint=126),
+                                  min_size=1, max_size=300),
+                          st.floats(0.005, 1.0)), min_size=1, max_size=3),
+       st.integers(20, 200))
+def test_a_cell_is_at_most_two_lines_of_its_width(top, width):
+    cell = top_functions_cell(top, width)
+    lines = cell.split("\n")
+    assert len(lines) <= 2 and all(len(line) <= width for line in lines), (cell, width)

@@ -100,7 +100,7 @@ def top_functions_cell(top: list[tuple[str, float]], width: int | None = None) -
     if width is None:
         return ", ".join(f"{name} {100 * share:.0f}%" for name, share in top)
     for k in range(len(top), 0, -1):
-        for budget in range(max(len(name) for name, _ in top[:k]), MIN_NAME - 1, -1):
+        for budget in range(max([MIN_NAME, *(len(name) for name, _ in top[:k])]), MIN_NAME - 1, -1):
             text = _packed([f"{fit_name(name, budget)} {100 * share:.0f}%"
                             for name, share in top[:k]], width)
             if text is not None:
