@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 
 from ..core.batch import SampleBatch
+from ..core.distinct import distinct
 from ..core.source import Sink
 from .maps import Mapping, read_maps
 
@@ -67,7 +68,7 @@ class ProcessMappings(Sink):
         t_ns = batch["t_ns"]
         unknown = self.pipeline.code_map.unknown(batch["ip"], t_ns)
         if unknown.any():
-            tids = np.unique(batch["tid"][unknown])[:MAX_TIDS] if "tid" in batch else ()
+            tids = distinct(batch["tid"][unknown])[:MAX_TIDS] if "tid" in batch else ()
             self.refresh(max(int(t_ns[unknown].min()), self.last_t + 1), [int(t) for t in tids])
         self.last_t = max(self.last_t, int(t_ns.max()))
 

@@ -9,6 +9,7 @@ import threading
 import numpy as np
 
 from ..core.batch import KERNEL_START
+from ..core.distinct import distinct
 from .process_tree import descendants, process_of_thread
 from .symbolizer import Symbolizer
 
@@ -74,7 +75,7 @@ class TreeSymbolizer:
     def watch(self, ips: np.ndarray, tids: np.ndarray) -> None:
         """Learn the mappings that a batch's IPs need, while their processes live."""
         user = np.asarray(ips, np.uint64) < np.uint64(KERNEL_START)
-        for tid in np.unique(np.asarray(tids)[user])[:MAX_NEW_THREADS].tolist():
+        for tid in distinct(np.asarray(tids)[user])[:MAX_NEW_THREADS].tolist():
             symbolizer = self.of_thread(tid)
             mine = user & (tids == tid)
             if not symbolizer.covers(ips[mine]).all():
@@ -115,7 +116,7 @@ class TreeSymbolizer:
             return self.root.names(ips, offsets)
         tids = np.asarray(tids)
         out = np.empty(ips.shape, dtype=object)
-        for tid in np.unique(tids).tolist():
+        for tid in distinct(tids).tolist():
             mine = tids == tid
             out[mine] = self.of_thread(tid).names(ips[mine], offsets)
         return out
