@@ -76,9 +76,9 @@ def print_table(result: dict) -> None:
         table.add_row(*row.values())
     out.print(table)
     if result["nearest_distance"] is not None:
-        out.print(f"nothing paired: the nearest phases of A and B are {result['nearest_distance']:.3f} "
-                  f"apart, beyond the threshold {result['threshold']:.3f} (a larger --threshold "
-                  f"pairs them)")
+        out.print(f"nothing paired: the nearest phases of A and B are "
+                  f"{result['nearest_distance']:.3f} apart, beyond the threshold "
+                  f"{result['threshold']:.3f} (a larger --threshold pairs them)")
         for path in result["unmapped"]:
             out.print(f"{path} recorded no mappings of its code (the program ended before they "
                       f"were read): its samples are compared by address, not by function")
