@@ -147,7 +147,7 @@ docs/phase-in-speedscope.png: install
 	$(MAKE) -s -C tests/workloads OUT=$(CURDIR)/$(BUILD)
 	$(VENV)/bin/phasewatch run --detector vpf-ip --interval-samples 200 \
 		--pprof $(BUILD)/abab.pb.gz -- $(BUILD)/abab 1.5
-	go tool pprof -tagfocus='phase=^0$$' -proto $(BUILD)/abab.pb.gz > $(BUILD)/abab-phase0.pb.gz
+	go tool pprof -tagfocus=phase=0 -proto $(BUILD)/abab.pb.gz > $(BUILD)/abab-phase0.pb.gz
 	$(PY) tools/speedscope_shot.py $(BUILD)/abab-phase0.pb.gz $@
 
 # pprof's message classes, generated from agent/formats/pprof_profile.proto and

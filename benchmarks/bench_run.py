@@ -24,6 +24,17 @@ parts from schedstat; they agree to within what the last polls miss.  The
 agent's peak resident set is its ``VmHWM`` at the last poll (rusage's
 ``ru_maxrss`` would be CMD's, the larger of the two here).
 
+``--versus-perf`` measures the cost as a user meets it instead, beside
+``perf record``: runs of the bare command, of ``phasewatch run -q -- CMD``
+and of ``perf record -q -F 1000 -e cpu-clock -o FILE -- CMD``, interleaved,
+each timed from the rusage of the child and everything it reaped (wait4):
+the whole command, start-up, end and symbolization included.  CMD is
+``parts --scale S`` (tests/workloads/parts.c: three parts of fixed work, so
+that the time the sampling interrupts take from CMD counts too, where
+abab, which runs for a given CPU time, would absorb it).  Each
+watcher's extra CPU is its run's less the bare run's next to it; the ratio
+is phasewatch's extra over perf's, per round, and its median is the figure.
+
 ``--phasewatch BIN`` (repeatable) compares installs side by side, runs
 interleaved (A B A B ...), e.g. an older checkout's ``.venv/bin/phasewatch``
 against this one's; ``--load`` runs ``stress-ng --cpu 0`` (every core) during
@@ -156,6 +167,45 @@ def figures(samples: list[Sample], rusage_s: float, settle_s: float) -> RunFigur
                       rusage_s=rusage_s, maxrss_mib=max(s.hwm_kib for s in samples) / 1024)
 
 
+def rusage_seconds(argv: list[str]) -> float:
+    """User + system CPU seconds of ``argv`` and all it reaped, from wait4."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"bench_run: {' '.join(argv)} exited {os.waitstatus_to_exitcode(status)}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def versus_perf(bins: list[str], cmd: list[str], repeat: int, options: list[str],
+                workdir: str) -> None:
+    """Extra CPU over the bare command: phasewatch run's and perf record's,
+    interleaved, with their ratio per round."""
+    perf_data = os.path.join(workdir, "perf.data")
+    commands = {"bare": cmd,
+                **{b: [b, "run", "-q", *options, "--", *cmd] for b in bins},
+                "perf record": ["perf", "record", "-q", "-F", "1000", "-e", "cpu-clock",
+                                "-o", perf_data, "--", *cmd]}
+    for argv in commands.values():        # warm the page cache and the kernels' caches
+        rusage_seconds(argv[:-1] + ["0.01"])
+    taken: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(repeat):
+        for name, argv in commands.items():
+            taken[name].append(rusage_seconds(argv))
+    bare = taken["bare"]
+    perf = [p - b for p, b in zip(taken["perf record"], bare)]
+    print(f"command: {os.path.basename(cmd[0])} {' '.join(cmd[1:])}, {repeat} rounds of "
+          f"{', '.join(commands)} interleaved; CPU from rusage (wait4), median (min-max)")
+    print(f"  bare command, CPU s                 {spread(bare)}")
+    print(f"  perf record -F 1000, extra CPU s    {spread(perf)}")
+    for b in bins:
+        extra = [p - q for p, q in zip(taken[b], bare)]
+        ratio = [e / p for e, p in zip(extra, perf)]
+        print(f"  {b} run {' '.join(options)}".rstrip())
+        print(f"    extra CPU s                       {spread(extra)}")
+        print(f"    ratio to perf record's extra      {spread(ratio)}  per round: "
+              + ", ".join(f"{r:.2f}" for r in ratio))
+
+
 def build_abab(workdir: str) -> str:
     subprocess.run(["make", "-s", "-C", str(ROOT / "tests" / "workloads"), f"OUT={workdir}",
                     "CC=gcc"], check=True)
@@ -176,6 +226,13 @@ def main() -> None:
     parser.add_argument("--load", action="store_true",
                         help="run stress-ng on every core meanwhile")
     parser.add_argument("--record", action="store_true", help="also record a trace")
+    parser.add_argument("--versus-perf", action="store_true",
+                        help="the whole command's extra CPU beside perf record -F 1000's, "
+                             "from rusage, interleaved with bare runs; CMD is parts, "
+                             "--seconds its --scale")
+    parser.add_argument("--abab", action="store_true",
+                        help="with --versus-perf, CMD is abab SECONDS (which runs for a given "
+                             "CPU time: only the watchers' own processes count)")
     parser.add_argument("run_options", nargs="*", metavar="OPTION",
                         help="more options for 'phasewatch run' (after --)")
     args = parser.parse_args()
@@ -187,6 +244,12 @@ def main() -> None:
         options = list(args.run_options)
         if args.record:
             options += ["--record", os.path.join(workdir, "t.arrow")]
+        if args.versus_perf:
+            with cpu_load(args.load, "bench_run"):
+                cmd = ([exe, str(args.seconds)] if args.abab else
+                       [os.path.join(workdir, "parts"), "--scale", str(args.seconds)])
+                versus_perf(bins, cmd, args.repeat, options, workdir)
+            return
         argvs = {b: [b, "run", *options, "--", exe, str(args.seconds)] for b in bins}
         runs: dict[str, list[RunFigures]] = {b: [] for b in bins}
         with cpu_load(args.load, "bench_run"):

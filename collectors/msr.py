@@ -27,6 +27,7 @@ from phasewatch.core.registers import ALL_COLUMNS, REGISTERS
 from phasewatch.errors import MissingDevice, MissingPrivilege, UserError
 
 from .ioctl import IOC_READ, IOC_WRITE, ioc
+from .kernel_modules import load_hint
 from .tick_loop import KIND_BINARY
 
 DEFAULT_PATH = "/dev/cpu/{cpu}/msr"
@@ -42,7 +43,7 @@ def open_device(path: str) -> int:
     try:
         return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise MissingDevice(f"no {path}: load the msr module (modprobe msr)") from None
+        raise MissingDevice(f"no {path}: {load_hint('msr')}") from None
     except PermissionError:
         raise MissingPrivilege(
             f"cannot open {path}: reading MSRs needs root or CAP_SYS_RAWIO "

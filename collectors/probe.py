@@ -17,6 +17,7 @@ from phasewatch.errors import UserError
 from . import cpufreq, cpuidle, hwmon, msr, perf_event as pe, powercap, registry
 from .checks import PERF_RATE, PerfChecks, Row
 from .cpuinfo import base_frequency_hz, read_cpuinfo
+from .kernel_modules import load_hint
 
 SAMPLER_RATE = "1 kHz per CPU (sampler)"
 
@@ -111,7 +112,7 @@ def voltage_row(regs, msr_reason, msr_source, model, virtual: bool, roots: Roots
             row.value = hwmon.read_volts(found)
             return row.check(*PLAUSIBLE_VOLTAGE_MV, scale=1000.0, unit="mV")
         row.reason = (f"no {model.hwmon_voltage[0]} hwmon input {model.hwmon_voltage[1]!r}: "
-                      f"load the driver (modprobe {model.hwmon_voltage[0]})")
+                      f"{load_hint(model.hwmon_voltage[0], 'driver')}")
         return row
     if model.voltage_source == "none" and not virtual:
         row.reason = f"{model.description}: no documented core-voltage register"
@@ -165,7 +166,7 @@ def energy_row(domain: str, roots: Roots, virtual: bool) -> Row:
         powercap.core_zones(roots.powercap)
     if not zones:
         if not Path(roots.powercap).exists():
-            row.reason = f"no {roots.powercap}: load the RAPL driver (modprobe intel_rapl_msr)"
+            row.reason = f"no {roots.powercap}: {load_hint('intel_rapl_msr', 'RAPL driver')}"
         else:
             row.reason = f"no RAPL {domain} zone under {roots.powercap}"
         if virtual:
@@ -189,7 +190,8 @@ def cpufreq_row(cpu: int, roots: Roots) -> Row:
     if khz is None:
         return Row("clock frequency (cpufreq fallback)", "cpufreq", False, unit="kHz",
                    reason=f"no {cpufreq.cpufreq_dir(cpu, roots.cpu)}/scaling_cur_freq: "
-                          f"no cpufreq driver (virtual machine, or load acpi-cpufreq)")
+                          f"no cpufreq driver (virtual machine, or "
+                          f"{load_hint('acpi-cpufreq', 'driver')})")
     return Row("clock frequency (cpufreq fallback)", "cpufreq", True,
                f"sysfs {cpufreq.cpufreq_dir(cpu, roots.cpu)}/scaling_cur_freq",
                "on demand (kernel estimate)", khz, "kHz").check(0, MAX_PLAUSIBLE_MHZ, 1e-3, "MHz")

@@ -60,6 +60,7 @@ from phasewatch.errors import UserError
 
 from . import budget, hwmon, msr, perf_msr, powercap
 from .cpuinfo import online_cpus, package_of, read_cpuinfo
+from .kernel_modules import cannot_load, load_hint
 
 #: The entries that can stand alone, in the order ``auto`` tries them.
 AUTO_ORDER = ("kmod", "msr", "perf")
@@ -214,8 +215,9 @@ def check_kmod(host: Host) -> Offer:
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        return Offer("kmod", reason=f"no {path}: load the kernel module "
-                                    f"(modprobe phasewatch; kmod/README.md installs it)")
+        installs = " (kmod/README.md installs it)" if cannot_load() is None else ""
+        return Offer("kmod", reason=f"no {path}: {load_hint('phasewatch', 'kernel module')}"
+                                    f"{installs}")
     except OSError as exc:
         return Offer("kmod", reason=f"cannot stat {path}: {exc.strerror}")
     if not stat.S_ISCHR(mode):
@@ -345,7 +347,7 @@ def check_powercap(host: Host) -> Offer:
     zones = powercap.package_zones(host.powercap_root)
     if not zones:
         return Offer("powercap", reason=f"no RAPL package zone under {host.powercap_root}: "
-                                        f"load the RAPL driver (modprobe intel_rapl_msr)")
+                                        f"{load_hint('intel_rapl_msr', 'RAPL driver')}")
     zone = zones[min(zones)]
     try:
         powercap.read_energy_uj(zone)
@@ -368,7 +370,7 @@ def check_hwmon(host: Host) -> Offer:
     found = hwmon.find_input(driver, label, root=host.hwmon_root)
     if found is None:
         return Offer("hwmon", reason=f"no {driver} hwmon input {label!r} under {host.hwmon_root}: "
-                                     f"load the driver (modprobe {driver})")
+                                     f"{load_hint(driver, 'driver')}")
     try:
         hwmon.read_volts(found)
     except (OSError, ValueError) as exc:

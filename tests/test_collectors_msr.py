@@ -9,6 +9,7 @@ column read the non-adjacent ones, or compare with the file's bytes.
 from __future__ import annotations
 
 import errno
+import re
 import os
 import struct
 
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 from phasewatch.collectors import msr
+from phasewatch.collectors.kernel_modules import load_hint
 from phasewatch.core import registers
 from phasewatch.core.batch import MISSING
 from phasewatch.errors import MissingDevice, MissingPrivilege
@@ -98,7 +100,7 @@ def test_device_is_opened_read_only(msrdir, monkeypatch):
 
 
 def test_missing_device_names_module(tmp_path):
-    with pytest.raises(MissingDevice, match=r"no .*cpu0/msr: load the msr module \(modprobe msr\)"):
+    with pytest.raises(MissingDevice, match=rf"no .*cpu0/msr: {re.escape(load_hint('msr'))}"):
         msr.MsrReader([0], ("tsc",), template(tmp_path))
 
 

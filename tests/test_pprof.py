@@ -70,7 +70,7 @@ def test_go_pprof_shows_region_a_on_top_of_as_phase_and_region_b_of_bs(profiled)
     d, phases = profiled
     assert phases["a"] != phases["b"]
     for region, phase in phases.items():
-        top = go_pprof("-top", f"-tagfocus=phase=^{phase}$", d / "abab.pb.gz")
+        top = go_pprof("-top", f"-tagfocus=phase={phase}", d / "abab.pb.gz")
         assert top_function(top) == f"region_{region}", top
 
 
@@ -89,8 +89,9 @@ def test_every_sample_carries_phase_name_interval_thread_and_cpu_labels(profiled
         assert f" {key}: Total" in tags, tags
     by_interval = {}
     for sample in profile.sample:
-        labels = {strings[lab.key]: strings[lab.str] for lab in sample.label}
-        by_interval.setdefault(int(labels["interval"]), set()).add(int(labels["phase"]))
+        labels = {strings[lab.key]: strings[lab.str] for lab in sample.label if lab.str}
+        phase = [lab.num for lab in sample.label if strings[lab.key] == "phase"]
+        by_interval.setdefault(int(labels["interval"]), set()).add(*phase)
     assert by_interval == {iv["index"]: {iv["phase"]} for iv in live}
 
 
@@ -139,7 +140,7 @@ def test_replay_writes_the_same_profile_from_the_recording(profiled, tmp_path):
                     "--pprof", tmp_path / "replay.pb.gz")
     assert rp.returncode == 0, rp.stderr
     for region, phase in phases.items():
-        top = go_pprof("-top", f"-tagfocus=phase=^{phase}$", tmp_path / "replay.pb.gz")
+        top = go_pprof("-top", f"-tagfocus=phase={phase}", tmp_path / "replay.pb.gz")
         assert top_function(top) == f"region_{region}", top
     live = read_profile(str(d / "abab.pb.gz"))
     replayed = read_profile(str(tmp_path / "replay.pb.gz"))
@@ -152,7 +153,7 @@ def test_one_phase_cut_out_by_go_pprof_opens_in_speedscope_in_headless_chromium(
     for region, phase in phases.items():
         cut = tmp_path / f"phase{phase}.pb.gz"
         cut.write_bytes(subprocess.run(
-            ["go", "tool", "pprof", f"-tagfocus=phase=^{phase}$", "-proto", d / "abab.pb.gz"],
+            ["go", "tool", "pprof", f"-tagfocus=phase={phase}", "-proto", d / "abab.pb.gz"],
             capture_output=True, check=True, timeout=TIMEOUT).stdout)
         shot = tmp_path / f"phase{phase}.png"
         proc = subprocess.run([sys.executable, SPEEDSCOPE_SHOT, cut, shot],

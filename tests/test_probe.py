@@ -10,6 +10,7 @@ import pytest
 from test_collectors_msr import file_value, write_msrs
 
 from phasewatch.collectors import budget, registry
+from phasewatch.collectors.kernel_modules import load_hint
 from phasewatch.collectors.probe import Roots, probe
 from phasewatch.core import kernels
 
@@ -77,7 +78,7 @@ def test_instruction_pointer_sampling_is_available_here():
 def test_missing_msr_device_names_the_module(tmp_path):
     got = rows(probe(msr_path=str(tmp_path / "nothing{cpu}")))
     assert not got["c6"]["available"]
-    assert f"no {tmp_path}/nothing0: load the msr module (modprobe msr)" in got["c6"]["reason"]
+    assert f"no {tmp_path}/nothing0: {load_hint('msr')}" in got["c6"]["reason"]
 
 
 def test_no_hardware_pmu_is_named_in_a_vm():

@@ -16,6 +16,7 @@ import pytest
 from test_collectors_msr import write_msrs
 
 from phasewatch.collectors import registry
+from phasewatch.collectors.kernel_modules import load_hint
 from phasewatch.collectors.merge import MergedSource, asof_join
 from phasewatch.collectors.msr import MsrReader
 from phasewatch.collectors.perf_source import PerfSource
@@ -82,7 +83,7 @@ def test_auto_prefers_the_kernel_module_and_records_why_it_fell_back(tmp_path):
     try:
         assert source.metadata["source"] == "perf"
         assert "did not open" in source.metadata["not_taken"]["kmod"]
-        assert "modprobe msr" in source.metadata["not_taken"]["msr"]
+        assert load_hint("msr") in source.metadata["not_taken"]["msr"]
     finally:
         source.close()
 

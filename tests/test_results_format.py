@@ -43,7 +43,8 @@ def dumps_per_interval(iv: Intervals) -> str:
     dist = [None if math.isnan(d) else round(d, 6) for d in iv.distance.tolist()]
     status = iv.statuses
     rows = zip(iv.index.tolist(), iv.t_start_ns.tolist(), iv.t_end_ns.tolist(),
-               iv.instructions.tolist(), iv.cycles.tolist(), iv.samples.tolist(),
+               counts(iv.instructions, iv.samples), counts(iv.cycles, iv.samples),
+               iv.samples.tolist(),
                dist, iv.phase.tolist(), iv.new_phase.tolist(), (status == 2).tolist(),
                (status == 1).tolist())
     return "".join(json.dumps(dict(zip(INTERVAL_KEYS, r)) | p) + "\n"
@@ -59,6 +60,11 @@ def with_predictions(iv: Intervals, rng) -> Intervals:
     iv.prediction = Predictions(nxt, np.where(known, rng.integers(-1, 300, n), -1), remaining,
                                 seconds, rng.random(n), rng.random(n), rng.random(n))
     return iv
+
+
+def counts(values, samples) -> list:
+    """A count of 0 over samples was not taken: None."""
+    return [None if n == 0 and k else n for n, k in zip(values.tolist(), samples.tolist())]
 
 
 def intervals(distance, rng) -> Intervals:
@@ -160,8 +166,10 @@ def expected_rows(iv: Intervals) -> list[dict]:
     for k in range(len(iv)):
         d = float(iv.distance[k])
         rows.append({"index": int(iv.index[k]), "t_start_ns": int(iv.t_start_ns[k]),
-                     "t_end_ns": int(iv.t_end_ns[k]), "instructions": int(iv.instructions[k]),
-                     "cycles": int(iv.cycles[k]), "samples": int(iv.samples[k]),
+                     "t_end_ns": int(iv.t_end_ns[k]),
+                     "instructions": counts(iv.instructions[k:k + 1], iv.samples[k:k + 1])[0],
+                     "cycles": counts(iv.cycles[k:k + 1], iv.samples[k:k + 1])[0],
+                     "samples": int(iv.samples[k]),
                      "distance": None if d != d else round(d, 6), "phase": int(iv.phase[k]),
                      "new_phase": bool(iv.new_phase[k]), "tentative": int(iv.statuses[k]) == 2,
                      "no_data": int(iv.statuses[k]) == 1} | prediction_dicts(iv)[k])
@@ -174,9 +182,22 @@ def test_counts_beyond_int64_are_read_back_exactly():
     iv.instructions = np.array([2**64 - 1, 2**63], np.uint64)
     iv.cycles = np.array([2**63 + 12345, 0], np.uint64)
     lines = [json.loads(line) for line in written(iv, binary=True).splitlines()]
-    assert [(r["instructions"], r["cycles"]) for r in lines] == [(2**64 - 1, 2**63 + 12345),
-                                                                 (2**63, 0)]
+    assert [(r["instructions"], r["cycles"]) for r in lines] == [
+        (2**64 - 1, 2**63 + 12345), (2**63, 0 if iv.samples[1] == 0 else None)]
     assert lines == expected_rows(iv)
+
+
+def test_counts_not_taken_are_null_in_json_and_empty_in_csv():
+    iv = intervals([0.5, 0.25, 0.1], np.random.default_rng(6))
+    iv.samples = np.array([30, 30, 0], np.int64)
+    iv.instructions = np.array([0, 5, 0], np.int64)     # not counted; counted; no sample
+    iv.cycles = np.array([0, 7, 0], np.int64)
+    lines = [json.loads(line) for line in written(iv, binary=False).splitlines()]
+    assert [(r["instructions"], r["cycles"]) for r in lines] == [(None, None), (5, 7), (0, 0)]
+    stream = io.StringIO()
+    ResultsSink(stream, csv=True).write(iv)
+    rows = [line.split(",") for line in stream.getvalue().splitlines()[1:]]
+    assert [(r[3], r[4]) for r in rows] == [("", ""), ("5", "7"), ("0", "0")]
 
 
 def test_json_lines_hold_every_interval_value():
@@ -197,7 +218,7 @@ def test_csv_cells_hold_times_counts_distances_and_flags():
     for cells, want in zip(rows, expected_rows(iv), strict=True):
         got = dict(zip(header, cells))
         for key in ("index", "t_start_ns", "t_end_ns", "instructions", "cycles", "samples", "phase"):
-            assert int(got[key]) == want[key], key
+            assert (None if got[key] == "" else int(got[key])) == want[key], key
         assert (None if got["distance"] == "" else float(got["distance"])) == want["distance"]
         for key in ("new_phase", "tentative", "no_data"):
             assert flag[got[key]] == want[key], key

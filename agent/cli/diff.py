@@ -49,6 +49,16 @@ def warn_unpaired(result: dict) -> None:
                  f"{result[f'unpaired_{side}']} are listed as unpaired")
 
 
+#: Columns of measured values, left out where the hosts measured none.
+MEASURED = ("CPI", "s/100M", "mV", "pfreq MHz", "J")
+
+
+def without_dashes(rows: list[dict]) -> list[dict]:
+    """The rows without the measured columns that are ``-`` in every row."""
+    empty = {name for name in MEASURED if rows and all(row.get(name) == "-" for row in rows)}
+    return [{k: v for k, v in row.items() if k not in empty} for row in rows]
+
+
 def print_table(result: dict) -> None:
     from rich.table import Table
 
@@ -58,13 +68,20 @@ def print_table(result: dict) -> None:
         out.width = max(out.width, PIPE_WIDTH)
     out.print(f"A {result['a']}: {result['seconds_a']:.2f} s; "
               f"B {result['b']}: {result['seconds_b']:.2f} s of CPU time; cells are A → B")
-    rows = diff_rows(result)
+    rows = without_dashes(diff_rows(result))
     table = Table(title="phases paired by profile distance")
     for name in (rows[0] if rows else {"A": "", "B": ""}):
         table.add_column(name, overflow="fold")
     for row in rows:
         table.add_row(*row.values())
     out.print(table)
+    if result["nearest_distance"] is not None:
+        out.print(f"nothing paired: the nearest phases of A and B are "
+                  f"{result['nearest_distance']:.3f} apart, beyond the threshold "
+                  f"{result['threshold']:.3f} (a larger --threshold pairs them)")
+        for path in result["unmapped"]:
+            out.print(f"{path} recorded no mappings of its code (the program ended before they "
+                      f"were read): its samples are compared by address, not by function")
     changed = [p for p in result["pairs"] if p["changed"]]
     out.print(f"changed (*): {len(changed)} of {len(result['pairs'])} "
               f"(seconds off by more than {100 * result['tolerance']:.0f} %, "

@@ -100,8 +100,12 @@ def trace_paths(given: list[str]) -> list[str]:
 
 def summary_json(replayed) -> dict:
     from ..formats.results import finite, summary_dict
-    return finite(summary_dict(replayed.summary, replayed.stats, replayed.ari)
-                  | {"prediction": replayed.prediction})
+    out = summary_dict(replayed.summary, replayed.stats, replayed.ari)
+    if replayed.top_functions is not None:
+        for row in out["phases"]:
+            row["top_functions"] = [{"name": name, "share": share} for name, share
+                                    in replayed.top_functions.get(row["phase"], [])]
+    return finite(out | {"prediction": replayed.prediction})
 
 
 def show(replayed, json_out: bool) -> None:
@@ -116,7 +120,9 @@ def show(replayed, json_out: bool) -> None:
     out.print(f"{replayed.name}: {s.samples:,} samples, {replayed.summary.n_intervals} intervals "
               f"{s.interval}, detector {detector_label(s.detector, replayed.chosen)}, "
               f"threshold {thr}")
-    out.print(phase_table(replayed.summary))
+    tops = replayed.top_functions
+    out.print(phase_table(replayed.summary, width=out.width, functions=None if tops is None else
+                          [tops.get(row["phase"], []) for row in replayed.summary.table()]))
     for line in summary_lines(replayed.summary, s.dropped, s.implausible):
         out.print(line)
     if replayed.prediction:

@@ -55,7 +55,8 @@ MAX_RATE_HZ = 100_000
 #: With --on-change: the samples read every this many, or after this many ms at the latest.
 ON_CHANGE_WAKEUP = 10
 ON_CHANGE_POLL_MS = 100
-#: Width of the table when stderr is a file or pipe (a terminal's own width otherwise).
+#: Width of the table when stderr is a file or pipe and COLUMNS is not set (a
+#: terminal's own width otherwise).
 PIPE_WIDTH = 120
 
 
@@ -336,9 +337,9 @@ def report(args, result: WatchResult) -> None:
         return
     from ..report.run_summary import run_lines
     out = rich_console(sys.stderr)
-    if not out.is_terminal:
+    if not out.is_terminal and "COLUMNS" not in os.environ:
         out.width = max(out.width, PIPE_WIDTH)
-    for line in run_lines(result):
+    for line in run_lines(result, out.width):
         out.print(line)
 
 

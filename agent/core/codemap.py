@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .batch import KERNEL_START, MISSING
+from .distinct import distinct
 from .kernels import kernel
 
 ANON_PATHS = ("", "[anon]")
@@ -153,7 +154,7 @@ def replaced_at(rows: list[tuple]) -> list[int]:
         return []
     starts = [r[1] for r in rows]
     ends = [r[2] for r in rows]
-    points = np.unique(np.array(starts + ends, np.uint64))
+    points = distinct(np.array(starts + ends, np.uint64))
     lo = np.searchsorted(points, np.array(starts, np.uint64)).tolist()
     hi = np.searchsorted(points, np.array(ends, np.uint64)).tolist()
     earliest = np.full(len(points), FOREVER, np.int64)

@@ -12,6 +12,7 @@ import numpy as np
 
 from .batch import ID_RANGES, MISSING, SampleBatch
 from .cpumodels import MAX_PLAUSIBLE_MHZ, PLAUSIBLE_VOLTAGE_MV
+from .distinct import distinct
 from .kernels import kernel
 from .registers import VOLTAGE_MASK, VOLTAGE_SHIFT, VOLTAGE_UNITS_PER_VOLT
 
@@ -97,7 +98,7 @@ class DecoderState:
         return slots
 
     def _new_slots(self, ids: np.ndarray) -> np.ndarray:
-        seen = _distinct(ids)
+        seen = distinct(ids)
         new = seen[~np.isin(seen, self.owners)]
         if len(new):
             self.owners = np.concatenate([self.owners, new])
@@ -119,12 +120,6 @@ class DecoderState:
     def dropped(self) -> dict[str, int]:
         """Deltas dropped because a counter went backwards, by counter."""
         return {n: int(c) for n, c in zip(COUNTERS, self.backwards) if c}
-
-
-def _distinct(ids: np.ndarray) -> np.ndarray:
-    """np.unique, without its first call's import of numpy.ma (7 ms of start-up)."""
-    s = np.sort(ids)
-    return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
 
 
 def decode(batch: SampleBatch, state: DecoderState, base_mhz: float,

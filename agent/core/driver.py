@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from .batch import SampleBatch
+from .distinct import distinct
 from .pipeline import Intervals, Pipeline
 from .source import Classified, Sink
 
@@ -118,7 +119,7 @@ class Streams:
         if (cpus == cpus[0]).all():
             yield cpu_stream(int(cpus[0])), batch
             return
-        for cpu in np.unique(cpus):
+        for cpu in distinct(cpus):
             rows = np.flatnonzero(cpus == cpu)
             yield cpu_stream(int(cpu)), SampleBatch({n: c[rows] for n, c in batch.columns.items()})
 

@@ -93,8 +93,10 @@ class PhasewatchCollector:
                 f_buckets, f_sum = _merge(f_buckets, h.pfreq_hist.buckets()), f_sum + h.pfreq_hist.sum
             for package, joules in sorted(h.energy_joules().items()):
                 energy.add_metric([str(package)], joules)
-        if v_buckets is not None:
+        # a signal the host lacks (a VM's voltage) is no histogram of empty buckets
+        if v_buckets is not None and v_buckets[-1][1]:
             vhist.add_metric([], v_buckets, v_sum)
+        if f_buckets is not None and f_buckets[-1][1]:
             fhist.add_metric([], f_buckets, f_sum)
         return volts, freq, pfreq, cstate, energy, vhist, fhist
 

@@ -47,6 +47,24 @@ def log(msg: str) -> None:
     print(f"phasewatchd: {msg}", file=sys.stderr, flush=True)
 
 
+class LogOnce:
+    """The daemon's log, where each message is said once: every worker (a
+    process of a target, a CPU) comes with the same warnings about the
+    host's signals.  Remembers at most ``limit`` messages."""
+
+    def __init__(self, log, limit: int = 1000):
+        self.log = log
+        self.limit = limit
+        self.said: set[str] = set()
+
+    def __call__(self, msg: str) -> None:
+        if msg in self.said:
+            return
+        if len(self.said) < self.limit:
+            self.said.add(msg)
+        self.log(msg)
+
+
 def load_config(args) -> daemon_config.Config:
     path = args.config
     if path is None and os.path.exists(DEFAULT_CONFIG):
@@ -97,6 +115,7 @@ class Daemon:
         self.workers: list[Worker] = []
         self.lost_recordings: list[str] = []
         self.target_errors = TargetErrors(log)
+        self.worker_log = LogOnce(log)
         self._refused: set[int] = set()     # processes that could not be opened or watched
         self._stop = threading.Event()
         self._reload = reload or threading.Event()     # set by SIGHUP
@@ -129,12 +148,13 @@ class Daemon:
         c = self.config
         if c.source == "replay":
             source, meta, signals = open_replay(c)
-            self.workers.append(Worker("replay", source, meta, signals, c, log,
+            self.workers.append(Worker("replay", source, meta, signals, c, self.worker_log,
                                        publisher=self.publisher, clock_ns=source.clock_ns,
                                        energy=self.energy))
             return
         for name, source, meta, signals, target, pid in open_live_sources(c):
-            self.workers.append(Worker(name, source, meta, signals, c, log, target=target,
+            self.workers.append(Worker(name, source, meta, signals, c, self.worker_log,
+                                       target=target,
                                        host_signals=target is None, publisher=self.publisher,
                                        pid=pid, energy=self.energy))
 
@@ -259,7 +279,8 @@ class Daemon:
         c = self.config
         name, source, meta, signals, target, pid = open_process(c, target, pid)
         try:
-            return Worker(name, source, meta, signals, c, log, target=target, host_signals=False,
+            return Worker(name, source, meta, signals, c, self.worker_log, target=target,
+                          host_signals=False,
                           publisher=self.publisher, pid=pid, energy=self.energy)
         except BaseException:
             source.close()

@@ -14,7 +14,6 @@ import threading
 import time
 from dataclasses import asdict, replace
 
-from ..console import warn
 from ..core.driver import Driver
 from ..core.params import cpu_model_of, interval_params_of
 from ..core.settings import DetectionSettings, choose_detector
@@ -39,9 +38,8 @@ def fitted_settings(config, source, meta: dict, signals, log) -> DetectionSettin
     given; an error if the detector can use none of the signals."""
     live = source_is_live(source)
     settings = config.settings(None if live else meta.get("detection"))
-    # The fallback is said as run says it (a warning); the rest in the daemon's log.
     if live:
-        settings = replace(settings, detector=choose_detector(settings.detector, signals, warn))
+        settings = replace(settings, detector=choose_detector(settings.detector, signals, log))
     return settings.for_stream(signals, log, default_interval=interval_params_of(meta))
 
 

@@ -71,13 +71,17 @@ class ProfileBuilder:
         return found[0]
 
     def add(self, location_ids: Sequence[int], values: Sequence[int],
-            labels: Sequence[tuple[str, str]]) -> None:
+            labels: Sequence[tuple[str, str | int]]) -> None:
         """One sample, or more added up; ``values`` in the order of the sample
-        types, ``labels`` (key, value) string pairs."""
+        types, ``labels`` (key, value) pairs: a string value is a string
+        label, an integer a numeric one (its unit the key, as pprof takes
+        a number without one)."""
         if len(values) != len(self.sample_types):
             raise ValueError(f"{len(values)} values for {len(self.sample_types)} sample types")
         string = self.string
-        key = (tuple(location_ids), tuple((string(k), string(v)) for k, v in labels))
+        key = (tuple(location_ids), tuple((string(k), string(v), None, 0) if isinstance(v, str)
+                                          else (string(k), None, int(v), string(k))
+                                          for k, v in labels))
         total = self._samples.get(key)
         if total is None:
             self._samples[key] = [int(v) for v in values]
@@ -97,11 +101,10 @@ class ProfileBuilder:
                              period_type=pb.ValueType(type=self.period_type[0],
                                                       unit=self.period_type[1]))
         profile.sample_type.extend(pb.ValueType(type=t, unit=u) for t, u in self.sample_types)
-        label_of: dict[tuple[int, int], object] = {}
+        label_of: dict[tuple, object] = {}
         for (locations, labels), values in self._samples.items():
             profile.sample.add(location_id=locations, value=values, label=[
-                label_of.get(kv) or label_of.setdefault(kv, pb.Label(key=kv[0], str=kv[1]))
-                for kv in labels])
+                label_of.get(kv) or label_of.setdefault(kv, _label(pb, *kv)) for kv in labels])
         for m, mapping_id in self._mappings.items():
             profile.mapping.add(id=mapping_id, memory_start=m.start, memory_limit=m.limit,
                                 file_offset=m.offset, filename=self.string(m.path),
@@ -120,6 +123,13 @@ class ProfileBuilder:
     def serialize(self) -> bytes:
         """The gzip-compressed profile, as pprof reads it from a file."""
         return gzip.compress(self.message().SerializeToString(), mtime=0)
+
+
+def _label(pb, key: int, text: int | None, number: int | None, unit: int):
+    """A string label, or a number with its key as its unit: pprof reads a
+    label with neither string nor unit as no label, so the number 0 needs one."""
+    return pb.Label(key=key, str=text) if text is not None else \
+        pb.Label(key=key, num=number, num_unit=unit)
 
 
 def write_profile(path: str, builder: ProfileBuilder, inputs: Iterable[str | None] = ()) -> str | None:

@@ -34,7 +34,7 @@ PREDICTION_KEYS = ("predicted_next", "predicted_after_change", "expected_remaini
 CONFIDENCE_KEYS = ("next", "after_change", "remaining")
 JSON_KEYS = INTERVAL_KEYS + PREDICTION_KEYS
 CSV_KEYS = INTERVAL_KEYS + PREDICTION_KEYS[:-1] + tuple(f"confidence.{k}" for k in CONFIDENCE_KEYS)
-_TEXT = ("distance", "new_phase", "tentative", "no_data")
+_TEXT = ("instructions", "cycles", "distance", "new_phase", "tentative", "no_data")
 #: One interval's line, as ``json.dumps`` writes its dict: integers, then the
 #: distance and the flags as JSON text, then the prediction as JSON text.
 _JSON_LINE = ("{" + ", ".join(f'"{key}": %{"s" if key in _TEXT else "d"}' for key in INTERVAL_KEYS)
@@ -58,16 +58,24 @@ def _csv_number(x: float) -> str:
     return "" if x != x else repr(round(x, 6))
 
 
+def _counts(counts: np.ndarray, samples: np.ndarray, missing: str) -> list[str]:
+    """Counts as text; ``missing`` for a count of 0 over samples: a counter
+    the host does not count (a CPU that was sampled ran cycles)."""
+    return [missing if n == 0 and k else str(n)
+            for n, k in zip(counts.tolist(), samples.tolist())]
+
+
 def _rows(iv: Intervals, number, nothing: str):
     """Each interval's values, in :data:`JSON_KEYS` order (``confidence``
-    spread), the distance, ``new_phase`` and the prediction as text
-    (``nothing`` where there is none)."""
+    spread), the counts, the distance, ``new_phase`` and the prediction as text
+    (``nothing`` where there is none; for a count, where it was not taken)."""
     distance = [number(d) for d in iv.distance.tolist()]
     status = iv.statuses
     new, tentative, no_data = ([("false", "true")[b] for b in flags.tolist()]
                                for flags in (iv.new_phase, status == TENTATIVE, status == NO_DATA))
     return zip(iv.index.tolist(), iv.t_start_ns.tolist(), iv.t_end_ns.tolist(),
-               iv.instructions.tolist(), iv.cycles.tolist(), iv.samples.tolist(),
+               _counts(iv.instructions, iv.samples, nothing),
+               _counts(iv.cycles, iv.samples, nothing), iv.samples.tolist(),
                distance, iv.phase.tolist(), new, tentative, no_data,
                *_prediction_columns(iv, number, nothing))
 
@@ -107,7 +115,7 @@ def json_lines(iv: Intervals) -> str:
 
 
 def csv_lines(iv: Intervals) -> str:
-    """The same values as CSV rows (no distance, no prediction: empty;
+    """The same values as CSV rows (no distance, no prediction, a count not taken: empty;
     booleans true/false)."""
     return "".join([_CSV_LINE % row for row in _rows(iv, _csv_number, "")])
 
@@ -274,9 +282,16 @@ def summary_dict(summary: PhaseSummary, stats: PipelineStats, ari) -> dict:
         "dropped_deltas": stats.dropped,
         "implausible_values": stats.implausible,
         "partial_interval": None if tail is None else {
-            "samples": int(tail.samples[0]), "instructions": int(tail.instructions[0])},
+            "samples": int(tail.samples[0]), "instructions": counted(tail, 0)},
         "ari": ari,
     }
+
+
+def counted(iv: Intervals, k: int) -> int | None:
+    """Interval ``k``'s instructions; None where they were not counted (0
+    over samples, as in the results)."""
+    n, samples = int(iv.instructions[k]), int(iv.samples[k])
+    return None if n == 0 and samples else n
 
 
 def finite(value):

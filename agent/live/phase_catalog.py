@@ -9,6 +9,7 @@ import time
 
 from ..errors import UserError
 from ..formats.catalog import Catalog, CatalogPhase, program_key
+from .function_names import short_name
 
 #: What the catalogue may raise that ends its use, never the run.
 CATALOG_ERRORS = (sqlite3.Error, OSError, UserError)
@@ -19,12 +20,15 @@ DOMINANT_SHARE = 0.5
 
 
 def phase_name(top: list[tuple[str, float]]) -> str:
-    """``fa``, ``deflate_slow+crc32`` or ``[unknown]``: the code that dominates."""
+    """``fa``, ``deflate_slow+crc32``, ``Accumulator<>::fold`` or
+    ``[unknown]``: the code that dominates, C++ names without their
+    arguments and templates' arguments."""
     if not top:
         return "[unknown]"
-    if top[0][1] >= DOMINANT_SHARE or len(top) == 1:
-        return top[0][0]
-    return f"{top[0][0]}+{top[1][0]}"
+    first = short_name(top[0][0])
+    if top[0][1] >= DOMINANT_SHARE or len(top) == 1 or short_name(top[1][0]) == first:
+        return first
+    return f"{first}+{short_name(top[1][0])}"
 
 
 def unique_name(name: str, taken: set[str]) -> str:

@@ -20,6 +20,7 @@ from collections import Counter
 
 import numpy as np
 
+from ..core.distinct import distinct
 from ..core.pipeline import Intervals
 from ..core.source import Sink
 from .symbolizer import Symbolizer
@@ -30,6 +31,9 @@ FOLD_AT = 65536
 
 class PhaseFunctions(Sink):
     """Per-phase sample counts by function, fed alongside the pipeline."""
+
+    #: The trace columns it reads (a replay reads these besides the detector's).
+    columns = ("ip", "tid")
 
     def __init__(self, symbolizer: Symbolizer | TreeSymbolizer, fold_at: int = FOLD_AT):
         self.symbolizer = symbolizer
@@ -68,7 +72,7 @@ class PhaseFunctions(Sink):
             all_tids = np.concatenate(self._unassigned_tids)
             tids, self._unassigned_tids = all_tids[:ends[-1]], [all_tids[ends[-1]:]]
         row_phase = np.repeat(intervals.phase, intervals.samples)
-        for phase in np.unique(intervals.phase).tolist():
+        for phase in distinct(intervals.phase).tolist():
             mine = row_phase == phase
             self._keep(phase, assigned[mine], None if tids is None else tids[mine])
 

@@ -152,7 +152,9 @@ class PhaseProfile(Sink):
             values = [n, n * self.period_ns]
             if energy_uj is not None:
                 values.append(int(round(shares[i])) if shares is not None else 0)
-            labels = [("phase", str(phase)), ("interval", str(interval)),
+            # phase as a number: pprof's -tagfocus phase=6 then takes 6, not 16
+            # (a string label is matched as a regexp)
+            labels = [("phase", phase), ("interval", str(interval)),
                       ("thread", str(tid)), ("cpu", str(cpu))]
             if names and phase in names:
                 labels.append(("phase_name", names[phase]))

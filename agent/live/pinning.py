@@ -20,6 +20,7 @@ import numpy as np
 
 from ..collectors.procfs import state
 from ..core.batch import SampleBatch
+from ..core.distinct import distinct
 from ..core.source import Sink
 from .process_tree import descendants
 
@@ -49,7 +50,7 @@ class PinWhileSingleThreaded(Sink):
     def batch(self, batch: SampleBatch) -> None:
         if "tid" not in batch or len(batch) == 0:
             return
-        tids = np.unique(batch["tid"]).tolist()
+        tids = distinct(batch["tid"]).tolist()
         if not self.released and len(tids) > 1:
             self.release(len(tids))
         elif self.released and self.cpu is not None:

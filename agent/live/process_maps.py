@@ -40,6 +40,7 @@ import numpy as np
 
 from ..collectors.perf_records import ExecRecord, MapRecord, TaskRecord
 from ..core.batch import SampleBatch
+from ..core.distinct import distinct
 from ..core.source import Sink
 from .maps import Mapping, read_maps
 
@@ -110,7 +111,7 @@ class ProcessMappings(Sink):
         t_ns = batch["t_ns"]
         unknown = self.pipeline.code_map.unknown(batch["ip"], t_ns)
         if unknown.any():
-            tids = np.unique(batch["tid"][unknown])[:MAX_TIDS] if "tid" in batch else ()
+            tids = distinct(batch["tid"][unknown])[:MAX_TIDS] if "tid" in batch else ()
             self.refresh(max(int(t_ns[unknown].min()), self.last_t + 1), [int(t) for t in tids])
         self.last_t = max(self.last_t, int(t_ns.max()))
 

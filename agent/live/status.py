@@ -19,19 +19,19 @@ import os
 import sys
 import threading
 import time
-from typing import IO
-
-from rich.console import Console
-from rich.live import Live
-from rich.text import Text
+from typing import IO, TYPE_CHECKING
 
 from ..console import rich_console
+
+if TYPE_CHECKING:   # rich loads where a line is drawn: run -q and pipes go without it
+    from rich.console import Console
+    from rich.text import Text
 
 #: The fields ``update`` accepts, with their values before the first update.
 FIELDS = {"intervals": 0, "phase": None, "phases": 0, "dropped": 0, "implausible": 0}
 
 
-def status_wanted(stdout: IO | None = None, console: Console | None = None) -> bool:
+def status_wanted(stdout: IO | None = None, console: "Console | None" = None) -> bool:
     """Whether a live line belongs on this terminal: stdout and the line's own
     output are terminals, and the terminal is not a dumb one (rich reads
     ``TERM=dumb`` or ``unknown`` as that)."""
@@ -62,10 +62,12 @@ class StatusLine:
     ``label`` leads the line (e.g. the command's name).  ``enabled`` forces the
     line on or off; by default it follows ``status_wanted``."""
 
-    def __init__(self, label: str = "phasewatch", *, console: Console | None = None,
+    def __init__(self, label: str = "phasewatch", *, console: "Console | None" = None,
                  enabled: bool | None = None, refresh_per_second: float = 4):
         self.label = label
-        self.console = rich_console(stderr=True, soft_wrap=False) if console is None else console
+        if console is None and enabled is not False:
+            console = rich_console(stderr=True, soft_wrap=False)
+        self.console = console
         self.enabled = status_wanted(console=self.console) if enabled is None else enabled
         self._fields = dict(FIELDS)
         self._lock = threading.Lock()
@@ -87,8 +89,9 @@ class StatusLine:
         with self._lock:
             return dict(self._fields)
 
-    def render(self) -> Text:
+    def render(self) -> "Text":
         """The line as it would be drawn now."""
+        from rich.text import Text
         fields = self.fields()
         phase = "-" if fields["phase"] is None else str(fields["phase"])
         line = Text(no_wrap=True, overflow="ellipsis")
@@ -113,6 +116,7 @@ class StatusLine:
 
     def _show(self) -> None:
         if self._drawing and self._live is None:
+            from rich.live import Live
             self._live = Live(get_renderable=self.render, console=self.console,
                               refresh_per_second=self._refresh_per_second, transient=True,
                               redirect_stdout=False, redirect_stderr=False)

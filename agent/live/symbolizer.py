@@ -26,6 +26,7 @@ import numpy as np
 
 from ..collectors import kallsyms
 from ..core.batch import KERNEL_START, MISSING
+from ..core.distinct import distinct
 from .elf_symbols import ElfSymbols, load_symbols
 from .maps import Mapping, maps_text, parse_maps
 from .perf_map import PerfMap
@@ -175,7 +176,7 @@ class Symbolizer:
         ends = np.array([m.end for m in self._mappings], dtype=np.uint64)
         which = np.searchsorted(starts, ips, side="right") - 1
         inside = (which >= 0) & (ips < ends[np.maximum(which, 0)])
-        for index in np.unique(which[inside]):
+        for index in distinct(which[inside]):
             selected = inside & (which == index)
             out[selected] = self._resolve_in(self._mappings[index], ips[selected], offsets)
 

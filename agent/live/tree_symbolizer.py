@@ -10,6 +10,7 @@ import numpy as np
 
 from ..collectors.perf_records import MapRecord, TaskRecord
 from ..core.batch import KERNEL_START
+from ..core.distinct import distinct
 from .maps import Mapping
 from .process_tree import descendants, process_of_thread
 from .symbolizer import Symbolizer
@@ -104,7 +105,7 @@ class TreeSymbolizer:
         if self.from_records:
             return
         user = np.asarray(ips, np.uint64) < np.uint64(KERNEL_START)
-        for tid in np.unique(np.asarray(tids)[user])[:MAX_NEW_THREADS].tolist():
+        for tid in distinct(np.asarray(tids)[user])[:MAX_NEW_THREADS].tolist():
             symbolizer = self.of_thread(tid)
             mine = user & (tids == tid)
             if not symbolizer.covers(ips[mine]).all():
@@ -162,7 +163,7 @@ class TreeSymbolizer:
             return self.root.names(ips, offsets)
         tids = np.asarray(tids)
         out = np.empty(ips.shape, dtype=object)
-        for tid in np.unique(tids).tolist():
+        for tid in distinct(tids).tolist():
             mine = tids == tid
             out[mine] = self.of_thread(tid).names(ips[mine], offsets)
         return out

@@ -31,6 +31,9 @@ class Replayed:
     labels: str | None = None
     chosen: str | None = "bbv"  # the detector the options or the recording chose; None: none
     prediction: dict | None = None  # the scores of the phase predictions
+    #: Each phase's top functions (name, share), where the trace carries its
+    #: mappings; None where it does not.
+    top_functions: dict[int, list[tuple[str, float]]] | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,9 @@ def replay_samples(path: str, options: ReplayOptions, warn, cpu: int | None,
         summary = PhaseSummary(keep_phases=options.labels is not None)
         tap = PredictionTap.for_pipeline(pipeline, meta.get("prediction_memory"))
         sinks = [tap, summary, *result_sinks(options.output, inputs)]
+        functions = phase_functions(meta, source.signals)
+        if functions is not None:
+            sinks.append(functions)
         if options.pprof and cpu is None:
             sinks.append(profile_sink(options.pprof, source, path, inputs))
         if hasattr(source, "read_only"):
@@ -82,8 +88,25 @@ def replay_samples(path: str, options: ReplayOptions, warn, cpu: int | None,
         failures = drive(driver, lambda: driver.run(batches))
     finally:
         source.close()
+    tops = None if functions is None else \
+        {row["phase"]: functions.top(row["phase"], TOP_FUNCTIONS) for row in summary.table()}
     return Replayed(path if cpu is None else f"{path} CPU {cpu}", summary, pipeline.stats(),
-                    failures, chosen=settings.detector, prediction=tap.summary())
+                    failures, chosen=settings.detector, prediction=tap.summary(),
+                    top_functions=tops)
+
+
+#: Functions named per phase.
+TOP_FUNCTIONS = 3
+
+
+def phase_functions(meta: dict, signals):
+    """The sink naming each phase's functions, where the trace has IPs and
+    the mappings they fall in (as ``run`` names them live); else None."""
+    if not meta.get("mappings") or "ip" not in signals:
+        return None
+    from ..live.phase_functions import PhaseFunctions
+    from ..live.symbolizer import Symbolizer
+    return PhaseFunctions(Symbolizer.from_metadata(meta))
 
 
 def replay_bb(path: str, options: ReplayOptions, inputs: list) -> Replayed:

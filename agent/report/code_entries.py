@@ -11,8 +11,13 @@ import numpy as np
 
 from ..core.batch import SampleBatch
 from ..core.source import Sink
+from ..live.function_names import fit_name
 from ..live.symbolizer import Symbolizer
 from ..live.tree_symbolizer import TreeSymbolizer
+
+#: A label's function name is fitted into this many characters: the
+#: figure's labels beside a heatmap leave it most of the width.
+LABEL_NAME_WIDTH = 24
 
 
 class CodeEntries(Sink):
@@ -50,8 +55,8 @@ class CodeEntries(Sink):
                 self._seen[entry][(ip & 0xFFFFFFFFFFFFFFFF, tid)] += n
 
     def names(self, entries) -> dict[int, str]:
-        """A label per entry: the function with most of its samples, and how
-        many others share the entry."""
+        """A label per entry: the function with most of its samples (its name
+        shortened), and how many others share the entry."""
         labels = {}
         for entry in entries:
             seen = self._seen.get(int(entry))
@@ -69,5 +74,5 @@ class CodeEntries(Sink):
                 by_name[name] += seen[pair]
             ranked = by_name.most_common()
             more = f" +{len(ranked) - 1}" if len(ranked) > 1 else ""
-            labels[int(entry)] = f"{ranked[0][0]}{more}"
+            labels[int(entry)] = f"{fit_name(ranked[0][0], LABEL_NAME_WIDTH)}{more}"
         return labels

@@ -29,6 +29,7 @@ from ..core.driver import Driver
 from ..core.intervals import SEGMENT_KINDS
 from ..core.settings import DetectionSettings, pipeline_for
 from ..core.source import Sink
+from ..errors import UserError
 from ..formats.energytable import read_energy_table
 from ..formats.tracefiles import open_trace
 from ..live.phase_functions import PhaseFunctions
@@ -81,6 +82,10 @@ class RunPhases:
     used: np.ndarray
     threshold: float
     phases: dict[int, PhaseStats]
+    #: The replay's samples and how its intervals end ("every 100 samples").
+    samples: int = 0
+    interval: str = ""
+    mapped: bool = True         # whether the trace recorded the code's mappings
 
     @property
     def total_samples(self) -> int:
@@ -166,8 +171,14 @@ def run_phases(trace: str, given: Mapping[str, Any], warn) -> RunPhases:
             stats.energy_j = None
         if functions is not None:
             stats.functions = dict(functions.top(stats.phase, ALL_FUNCTIONS))
+    stats = pipeline.stats()
+    if not collector.phases:
+        raise UserError(f"{trace}: no complete interval to compare ({stats.samples:,} samples, "
+                        f"intervals {stats.interval}): a run this short needs shorter "
+                        f"intervals, e.g. --interval-samples 20")
     return RunPhases(trace, period_ns_of(meta.get("sampling")), pipeline.layout.bounds,
-                     pipeline.used, pipeline.threshold, collector.phases)
+                     pipeline.used, pipeline.threshold, collector.phases, stats.samples,
+                     stats.interval, bool(meta.get("mappings")))
 
 
 def phase_distance(a: PhaseStats, b: PhaseStats, bounds: np.ndarray, used: np.ndarray) -> float:
@@ -309,10 +320,22 @@ def diff_runs(a: RunPhases, b: RunPhases, *, threshold: float | None, tolerance:
                                           b.phases[phase_b].functions if phase_b is not None else {}),
         })
     pairs.sort(key=lambda p: (-max(p["seconds_a"], p["seconds_b"])))
+    paired = any(p["phase_a"] is not None and p["phase_b"] is not None for p in pairs)
     return {"a": a.path, "b": b.path, "seconds_a": sum(a.seconds(p) for p in a.phases),
             "seconds_b": sum(b.seconds(p) for p in b.phases), "threshold": threshold,
             "tolerance": tolerance, "min_share": min_share, "paired_limit": limit,
-            "unpaired_a": len(unpaired["a"]), "unpaired_b": len(unpaired["b"]), "pairs": pairs}
+            "unpaired_a": len(unpaired["a"]), "unpaired_b": len(unpaired["b"]),
+            "nearest_distance": None if paired else nearest_distance(a, b, limit),
+            "unmapped": [run.path for run in (a, b) if not run.mapped],
+            "pairs": pairs}
+
+
+def nearest_distance(a: RunPhases, b: RunPhases, limit: int = MAX_PAIRED_PHASES) -> float:
+    """The distance of the two nearest phases of ``a`` and ``b``: where
+    nothing pairs, how far the threshold is from pairing anything."""
+    cost = distance_matrix([a.phases[i] for i in largest_phases(a, limit)],
+                           [b.phases[j] for j in largest_phases(b, limit)], a.bounds, a.used)
+    return float(cost.min())
 
 
 def diff_rows(result: dict) -> list[dict]:

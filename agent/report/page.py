@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .figure import PhaseFigure, phase_colours, predicted_title
+from .tables import VALUE_COLUMNS, top_functions_cell
 
 ROW_HEIGHT = {"heatmap": 0.26, "distance": 0.16, "band": 0.05}
 #: The page loads Plotly from this file beside it (written with the page).
@@ -118,19 +119,23 @@ def _add_band(plot, row: int, x, codes: np.ndarray, names: list[str], uid: str) 
 
 
 def table_html(rows: list[dict], colours: list[str]) -> str:
-    head = ("<tr><th>phase</th><th>intervals</th><th>time</th><th>CPI</th><th>CoV CPI</th>"
-            "<th>voltage mV</th><th>pfreq MHz</th><th>top functions</th></tr>")
+    """The phases as the terminal shows them: columns no phase has a value
+    for left out, function names shortened (:func:`top_functions_cell`)."""
+    values = {name: (key, fmt) for name, (key, fmt) in VALUE_COLUMNS.items()
+              if any(_num(r[key], fmt) != "-" for r in rows)}
+    head = "".join(f"<th>{html.escape(name)}</th>" for name in ("phase", "intervals", "time",
+                                                                *values))
+    head += '<th class="functions">top functions</th>'
+
     body = []
     for r in rows:
         swatch = f'<span class="swatch" style="background:{colours[r["phase"] % len(colours)]}"></span>'
-        tops = ", ".join(f"{html.escape(name)} {100 * share:.0f}%"
-                         for name, share in r.get("top_functions", []) if share >= 0.005) or "-"
-        body.append(
-            f"<tr><td>{swatch}{r['phase']}</td><td>{r['intervals']}</td>"
-            f"<td>{100 * r['time_share']:.1f} %</td><td>{_num(r['cpi'], '.3f')}</td>"
-            f"<td>{_num(r['cpi_cov'], '.3f')}</td><td>{_num(r['voltage_mv'], '.1f')}</td>"
-            f"<td>{_num(r['pfreq_mhz'], '.0f')}</td><td class=\"functions\">{tops}</td></tr>")
-    return f'<table id="phase-table">{head}{"".join(body)}</table>'
+        tops = html.escape(top_functions_cell(r.get("top_functions", [])))
+        cells = "".join(f"<td>{_num(r[key], fmt)}</td>" for key, fmt in values.values())
+        body.append(f"<tr><td>{swatch}{r['phase']}</td><td>{r['intervals']}</td>"
+                    f"<td>{100 * r['time_share']:.1f} %</td>{cells}"
+                    f"<td class=\"functions\">{tops}</td></tr>")
+    return f'<table id="phase-table"><tr>{head}</tr>{"".join(body)}</table>'
 
 
 def section_html(section_id: str, heading: str, rows: list[dict]) -> str:
@@ -168,7 +173,8 @@ def page(fig: PhaseFigure, title: str, notes: list[str], rows: list[dict],
 body {{ font-family: sans-serif; margin: 1.5em; color: #222; }}
 table {{ border-collapse: collapse; margin-top: 1em; }}
 th, td {{ border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }}
-td.functions {{ text-align: left; font-family: monospace; }}
+th.functions, td.functions {{ text-align: left; font-family: monospace; max-width: 48em;
+                overflow-wrap: anywhere; }}
 .swatch {{ display: inline-block; width: 0.9em; height: 0.9em; margin-right: 0.4em;
            vertical-align: middle; }}
 </style></head>

@@ -22,6 +22,13 @@ DPI = 100
 HEIGHT_IN = {"heatmap": 2.2, "distance": 1.6, "band": 0.45}
 TOP_IN = 0.9
 BOTTOM_IN = 0.6
+#: A labelled heatmap (the code signature's entries) gives each row this much
+#: height, so that its labels, in LABEL_PT type, stand apart.
+LABEL_ROW_IN = 0.16
+LABEL_PT = 7
+#: Width of a label's character in inches, at LABEL_PT (DejaVu Sans, on average).
+LABEL_CHAR_IN = 0.6 * LABEL_PT / 72
+LEFT_IN = 0.7
 
 
 def rows_of(fig: PhaseFigure) -> list[tuple[str, object]]:
@@ -33,19 +40,33 @@ def rows_of(fig: PhaseFigure) -> list[tuple[str, object]]:
     return rows
 
 
+def row_height_in(kind: str, item) -> float:
+    if kind == "heatmap" and item.labels is not None:
+        return max(HEIGHT_IN[kind], LABEL_ROW_IN * len(item.labels) + 0.4)
+    return HEIGHT_IN[kind]
+
+
 def height_px(fig: PhaseFigure) -> int:
-    inches = sum(HEIGHT_IN[kind] for kind, _ in rows_of(fig)) + TOP_IN + BOTTOM_IN
+    inches = sum(row_height_in(kind, item) for kind, item in rows_of(fig)) + TOP_IN + BOTTOM_IN
     return int(round(inches * DPI))
 
 
-def write_png(fig: PhaseFigure, title: str, path) -> None:
+def left_in(fig: PhaseFigure) -> float:
+    """The left margin: room for the longest heatmap label (at most a third of the width)."""
+    longest = max([len(label) for h in fig.heatmaps for label in (h.labels or [])], default=0)
+    return min(max(LEFT_IN, longest * LABEL_CHAR_IN + 0.2), WIDTH_PX / DPI / 3)
+
+
+def draw(fig: PhaseFigure, title: str):
+    """The figure, as Matplotlib's Figure (closed by the caller)."""
     rows = rows_of(fig)
-    heights = [HEIGHT_IN[kind] for kind, _ in rows]
+    heights = [row_height_in(kind, item) for kind, item in rows]
+    tall = height_px(fig) / DPI
     figure, axes = plt.subplots(
-        len(rows), 1, sharex=True, figsize=(WIDTH_PX / DPI, height_px(fig) / DPI), dpi=DPI,
-        gridspec_kw=dict(height_ratios=heights, hspace=0.35,
-                         top=1 - TOP_IN / (height_px(fig) / DPI),
-                         bottom=BOTTOM_IN / (height_px(fig) / DPI), left=0.07, right=0.98))
+        len(rows), 1, sharex=True, figsize=(WIDTH_PX / DPI, tall), dpi=DPI,
+        gridspec_kw=dict(height_ratios=heights, hspace=0.35, top=1 - TOP_IN / tall,
+                         bottom=BOTTOM_IN / tall, left=left_in(fig) / (WIDTH_PX / DPI),
+                         right=0.98))
     axes = np.atleast_1d(axes)
     extent_x = (fig.first_interval[0], fig.first_interval[-1] + fig.per_column)
     for ax, (kind, item) in zip(axes, rows):
@@ -64,8 +85,15 @@ def write_png(fig: PhaseFigure, title: str, path) -> None:
     axes[-1].set_xlabel("interval")
     # The title holds the user's file name: a "$" in it is text, not mathtext to parse.
     figure.suptitle(title, fontsize=12, parse_math=False)
-    figure.savefig(path, dpi=DPI)
-    plt.close(figure)
+    return figure
+
+
+def write_png(fig: PhaseFigure, title: str, path) -> None:
+    figure = draw(fig, title)
+    try:
+        figure.savefig(path, dpi=DPI)
+    finally:
+        plt.close(figure)
 
 
 def _heatmap(ax, heat, extent_x) -> None:
@@ -76,7 +104,7 @@ def _heatmap(ax, heat, extent_x) -> None:
     shown = f" ({heat.shown})" if heat.shown else ""
     ax.set_title(f"{heat.title} histogram per interval{shown}", fontsize=9, loc="left")
     if heat.labels is not None:
-        ax.set_yticks(heat.centres, heat.labels, fontsize=5)
+        ax.set_yticks(heat.centres, heat.labels, fontsize=LABEL_PT)
     else:
         ax.set_ylabel(heat.unit)
 

@@ -25,8 +25,9 @@ def run_json(result) -> dict:
     return finite(out)
 
 
-def run_lines(result) -> list:
-    """The summary for a terminal: lines and the table (rich renderables)."""
+def run_lines(result, width: int | None = None) -> list:
+    """The summary for a terminal: lines and the table (rich renderables),
+    the table fitted to ``width`` columns."""
     info, stats, summary = result.info, result.stats, result.summary
     tops = [result.functions.top(row["phase"], TOP_FUNCTIONS) for row in summary.table()]
     energy_columns = energy_cells(summary, result.energy) if result.energy is not None else {}
@@ -42,9 +43,8 @@ def run_lines(result) -> list:
                          info.get("kernel_sampled"))]
     if info["missing_signals"]:
         lines.append("missing on this host: " + ", ".join(info["missing_signals"]))
-    lines.append(phase_table(summary, extra_columns={
-        **energy_columns, "top functions": [top_functions_cell(top) for top in tops]},
-        names=result.names))
+    lines.append(phase_table(summary, extra_columns=energy_columns, names=result.names,
+                             functions=tops, width=width))
     lines += summary_lines(summary, stats.dropped, stats.implausible)
     if result.prediction:
         lines.append(prediction_line(result.prediction))
@@ -55,12 +55,6 @@ def run_lines(result) -> list:
     if info["trace"]:
         lines.append(f"trace: {info['trace']}")
     return lines
-
-
-def top_functions_cell(top: list[tuple[str, float]]) -> str:
-    """``region_a 97%, region_b 2%``: the functions that round to at least 1 %."""
-    shown = [f"{name} {100 * share:.0f}%" for name, share in top if share >= 0.005]
-    return ", ".join(shown) or "-"
 
 
 def energy_cells(summary, energy: dict) -> dict[str, list[str]]:
