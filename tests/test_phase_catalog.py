@@ -238,4 +238,13 @@ def test_pprof_carries_each_phase_name_beside_its_id(sequence, tmp_path):
     assert {line.rsplit(": ", 1)[1] for line in names.splitlines() if ": " in line} >= PARTS
     focused = subprocess.run(["go", "tool", "pprof", "-top", "-tagfocus", "phase_name=^fb$",
                               str(profile)], capture_output=True, text=True, check=True).stdout
-    assert " fb\n" in focused and " fc\n" not in focused
+    shares = top_shares(focused)
+    # The interval where B hands over to C may be B's, a few of fc's samples with it.
+    assert max(shares, key=shares.get) == "fb" and shares.get("fc", 0.0) < 10.0, focused
+
+
+def top_shares(top: str) -> dict[str, float]:
+    """Each function's flat share (%) in the rows of ``go tool pprof -top``."""
+    rows = [line.split() for line in top.splitlines()]
+    return {row[5]: float(row[1].rstrip("%")) for row in rows
+            if len(row) == 6 and row[1].endswith("%") and row[2].endswith("%")}
