@@ -93,6 +93,7 @@ class Daemon:
         self.counts = DaemonCounts()
         self.publisher = None
         self.energy = None
+        self.catalog = None
         self.server = None
         self.workers: list[Worker] = []
         self.lost_recordings: list[str] = []
@@ -113,6 +114,7 @@ class Daemon:
             self.publisher = Publisher(c.zmq, hwm=c.zmq_hwm, samples=c.zmq_samples, curve=c.curve)
         try:
             self.energy = open_phase_energy(c)
+            self.catalog = open_catalog(c)
             self._open_workers()
             if c.metrics:
                 self._serve_metrics()
@@ -136,7 +138,7 @@ class Daemon:
         for name, source, meta, signals, target, pid in open_live_sources(c):
             self.workers.append(Worker(name, source, meta, signals, c, log, target=target,
                                        host_signals=target is None, publisher=self.publisher,
-                                       pid=pid, energy=self.energy))
+                                       pid=pid, energy=self.energy, catalog=self.catalog))
 
     def _serve_metrics(self) -> None:
         self.counts.samples = lambda: sum(w.samples for w in self.workers)
@@ -146,6 +148,8 @@ class Daemon:
         self.counts.register_rates = lambda: [r for r in (register_rate_of(w.source)
                                                           for w in self.workers) if r]
         self.counts.target_errors = self.target_errors.counts
+        self.counts.catalog_write_errors = (
+            (lambda: self.catalog.write_errors) if self.catalog is not None else None)
         collector = PhasewatchCollector(
             targets=lambda: [w.targets for w in self.workers],
             host=lambda: [w.host for w in self.workers if w.host is not None],
@@ -188,8 +192,8 @@ class Daemon:
         now = time.monotonic()
         if now - self._last_tick >= 1.0:
             self._last_tick = now
-            for w in self.workers:
-                w.tick()
+            gone = [name for w in self.workers for name in w.tick()]
+            self._forget_energy(gone)
             if self.energy is not None:     # windows that no interval will close
                 self.energy.settle()
             self._drop_finished(reported_end)
@@ -210,6 +214,14 @@ class Daemon:
                 else:
                     log(f"{w.name}: the source ended after {w.samples:,} samples; "
                         f"still serving the last state")
+
+    def _forget_energy(self, gone: list[str]) -> None:
+        """Energy of targets that left the metrics, unless another worker
+        holds the target now (a restarted ``comm:`` target's new process)."""
+        if self.energy is None or not gone:
+            return
+        held = {name for w in self.workers for name in w.targets.by_name}
+        self.energy.forget(set(gone) - held)
 
     def _check_recording(self, w: Worker) -> None:
         """Say, once, that a worker's recording stopped (a full disk)."""
@@ -260,7 +272,8 @@ class Daemon:
         name, source, meta, signals, target, pid = open_process(c, target, pid)
         try:
             return Worker(name, source, meta, signals, c, log, target=target, host_signals=False,
-                          publisher=self.publisher, pid=pid, energy=self.energy)
+                          publisher=self.publisher, pid=pid, energy=self.energy,
+                          catalog=self.catalog)
         except BaseException:
             source.close()
             raise
@@ -315,7 +328,8 @@ class Daemon:
         old, self.config = self.config, new
         restart = [k for k in ("source", "trace", "cpus", "pids",
                                "metrics", "zmq", "record", "msr_path", "rate_hz",
-                               "interval_instructions", "interval_ms")
+                               "interval_instructions", "interval_ms", "catalog",
+                               "catalog_path", "retired_seconds")
                    if getattr(old, k) != getattr(new, k)]
         for w in self.workers:
             w.reconfigure(new)
@@ -339,6 +353,18 @@ class Daemon:
             self.publisher = None
         if self.energy is not None:
             self.energy.meter.stop()
+        if self.catalog is not None:
+            self.catalog.close()
+            self.catalog = None
+
+
+def open_catalog(config: daemon_config.Config):
+    """The phase catalogue, where it is on; where it cannot be used the
+    daemon says so in one line and runs without it."""
+    if not config.catalog or config.source == "replay":
+        return None
+    from .phase_store import DaemonCatalog, catalog_path
+    return DaemonCatalog(catalog_path(config.catalog_path), log)
 
 
 def open_phase_energy(config: daemon_config.Config):

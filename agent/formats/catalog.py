@@ -179,7 +179,9 @@ class Catalog:
             self.db = self._connect()
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+        # The daemon's workers share one connection, each use under its lock.
+        db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None,
+                             check_same_thread=False)
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
@@ -198,7 +200,8 @@ class Catalog:
     def _read_only(self) -> sqlite3.Connection | None:
         """The catalogue as it is, for reading only, where nothing can be written."""
         try:
-            db = sqlite3.connect(f"file:{quote(str(self.path))}?immutable=1", uri=True)
+            db = sqlite3.connect(f"file:{quote(str(self.path))}?immutable=1", uri=True,
+                                 check_same_thread=False)
             db.execute("SELECT count(*) FROM phases").fetchone()
             return db
         except sqlite3.Error:
@@ -222,12 +225,12 @@ class Catalog:
         row = self.db.execute("SELECT next_id FROM programs WHERE key = ?", (key,)).fetchone()
         return int(row[0]) if row else 0
 
-    def phases(self, key: str) -> list[CatalogPhase]:
-        """The program's phases, the most recently seen first."""
+    def phases(self, key: str, limit: int = -1) -> list[CatalogPhase]:
+        """The program's phases, the most recently seen first (at most ``limit``)."""
         rows = self.db.execute(
             "SELECT id, name, centroid, members, mean_samples, joins, cpi_n, log_cpi, cpi_last,"
             " cpi_d2, intervals, first_seen, last_seen FROM phases WHERE program = ?"
-            " ORDER BY last_seen DESC, id", (key,)).fetchall()
+            " ORDER BY last_seen DESC, id LIMIT ?", (key, limit)).fetchall()
         return [_phase(r) for r in rows]
 
     def programs(self) -> list[dict]:
