@@ -25,7 +25,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..formats.catalog import CatalogPhase, profile_distance_of
-from ..live.phase_catalog import phase_name, unique_name
+from ..live.phase_catalog import phase_name
 
 #: How long a retired phase's series stay in the exposition.
 RETIRED_KEEP_S = 300.0
@@ -54,6 +54,13 @@ class ProgramPhases:
         self.keep = keep
         self.known: dict[int, CatalogPhase] = {p.known.id: p for p in phases}
         self.names: dict[int, str] = {p.known.id: p.name for p in phases}
+        #: For each name proposed, how many phases have had it (``fa``,
+        #: ``fa~2``...): a name is never given twice while the daemon runs.
+        self.given: dict[str, int] = {}
+        for name in self.names.values():
+            base, _, k = name.rpartition("~")
+            base, k = (base, int(k)) if base and k.isdigit() else (name, 1)
+            self.given[base] = max(self.given.get(base, 0), k)
         self.next_id = max([next_id, *(i + 1 for i in self.known)])
         self.distance = profile_distance_of(profile)
         self.lock = threading.Lock()
@@ -83,10 +90,18 @@ class ProgramPhases:
             return self.next_id - 1, True
 
     def name(self, pid: int, proposed: str) -> str:
-        """The phase's name: the one it has, else ``proposed`` made unique."""
+        """The phase's name: the one it has, else ``proposed``, with ``~2``,
+        ``~3``... where a phase had it before."""
         with self.lock:
             if pid not in self.names:
-                self.names[pid] = unique_name(proposed, set(self.names.values()))
+                taken = set(self.names.values())
+                k = self.given.get(proposed, 0)
+                name = proposed if k == 0 else f"{proposed}~{k + 1}"
+                while name in taken:
+                    k += 1
+                    name = f"{proposed}~{k + 1}"
+                self.given[proposed] = k + 1
+                self.names[pid] = name
             return self.names[pid]
 
     def learnt(self, phases: list[CatalogPhase]) -> None:

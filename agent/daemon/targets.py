@@ -107,7 +107,7 @@ class Targets(Streams, Sink):
         book = self.books(name, pipeline)
         book.seed(pipeline)
         with self.lock:
-            self.by_name[name] = TargetState(name, pipeline, book)
+            self.by_name[name] = TargetState(name, pipeline, book, last_seen=time.monotonic())
         return pipeline
 
     def open(self, name: str) -> Pipeline:
