@@ -53,7 +53,7 @@ class Watched:
         time.sleep(0.3)             # the subscription reaches the publisher
         return self
 
-    def run(self, program: Path, order: str, seconds: float = 0.6) -> dict[str, set[int]]:
+    def run(self, program: Path, order: str, seconds: float = 1.0) -> dict[str, set[int]]:
         """One run of the program: each phase name's ids in the daemon's events."""
         proc = subprocess.run([str(program), order, str(seconds)], capture_output=True,
                               timeout=120)

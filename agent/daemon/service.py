@@ -172,7 +172,9 @@ class Daemon:
         reported_end = set()
         try:
             while not self._stop.is_set():
-                self._stop.wait(min(ping, 1.0) if ping else 1.0)
+                # As often as processes are looked for (a restarted command
+                # is watched within rescan_seconds), at least once a second.
+                self._stop.wait(min(ping or 1.0, 1.0, self.config.rescan_seconds))
                 self._upkeep(reported_end)
                 if ping and time.monotonic() >= next_ping:
                     self.notifier.watchdog()
