@@ -60,17 +60,21 @@ class Watched:
         assert proc.returncode == 0, proc.stderr
         return self.drain(f"comm:{program.name}")
 
-    def drain(self, target: str, quiet_s: float = 1.5) -> dict[str, set[int]]:
+    def drain(self, target: str, quiet_s: float = 1.5, first_s: float = 60.0
+              ) -> dict[str, set[int]]:
+        """Each phase name's ids in the target's events, until none came for
+        ``quiet_s`` (and the first came, within ``first_s``: kernels that are
+        not compiled ahead of time take a while on a first batch)."""
         ids: dict[str, set[int]] = {}
-        last = time.monotonic()
-        while time.monotonic() - last < quiet_s:
+        start = last = time.monotonic()
+        while time.monotonic() - last < quiet_s or (not ids and time.monotonic() - start < first_s):
             if not self.sub.poll(100):
                 continue
             topic, body = self.sub.recv_multipart()
             event = json.loads(body)
-            last = time.monotonic()
             if event["target"] == target or event["target"].startswith(target + ":"):
                 ids.setdefault(event["name"], set()).add(event["phase"])
+                last = time.monotonic()
         return ids
 
     def stop(self) -> tuple[int, str]:

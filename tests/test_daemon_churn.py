@@ -88,6 +88,8 @@ def test_500_behaviours_through_16_phases_never_share_an_id_and_stay_bounded():
     targets = Targets(meta, params, books=book)
     registry = registry_for(PhasewatchCollector(lambda: [targets], lambda: [], DaemonCounts()))
     driver = Driver(targets, [targets])
+    dropped = []        # what per-phase state elsewhere (energy) is told to drop
+    targets.on_dropped = lambda target, phases: dropped.extend(phases)
 
     phases, statuses, first_seen, name_of, most = [], [], {}, {}, 0
     for a in range(0, len(batch), 1000):         # one batch a second of the test's clock
@@ -132,3 +134,5 @@ def test_500_behaviours_through_16_phases_never_share_an_id_and_stay_bounded():
     targets.forget_ended()
     state = targets.snapshot()[0]
     assert len(shown_series(registry)) == len(state.phase_intervals) <= MAX_PHASES
+    assert len(dropped) == len(set(dropped)) >= len(behaviour_of) - MAX_PHASES - 10
+    assert not set(dropped) & set(state.phase_intervals)

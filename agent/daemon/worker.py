@@ -85,14 +85,16 @@ class Worker:
         self.namer = self._namer(pid)
         self.targets = Targets(meta, self.params, target=target, grace_s=config.grace_seconds,
                                books=self._book)
-        self.energy = energy
         if energy is not None:
             self.targets.on_dropped = energy.drop
-        self.maps = self._maps(pid, target)
+        # A process target's pipeline now: its known phases and mappings go
+        # into its recording, and its mappings follow the process.
+        pipeline = self.targets.open(target) if pid is not None and target else None
+        self.trace = self._trace(config.record, pipeline) if config.record else None
+        self.maps = self._maps(pid, pipeline)
         self.host = (HostSignals(meta.get("base_freq_mhz") or 0.0,
                                  cpu_model_of(meta).voltage_source == "perf_status")
                      if host_signals else None)
-        self.trace = self._trace(config.record) if config.record else None
         self.seen = _Seen(clock_ns)
         self.feed = SourceThread(source.batches())
         sinks = [*([self.trace] if self.trace else []), *([self.maps] if self.maps else []),
@@ -117,13 +119,14 @@ class Worker:
         from ..live.symbolizer import Symbolizer
         return PhaseFunctions(Symbolizer.from_pid(pid))
 
-    def _maps(self, pid: int | None, target: str | None):
+    def _maps(self, pid: int | None, pipeline):
         """A process target's mappings, kept in step with its pipeline's code
-        map, so that its code is keyed by file and offset (as in ``run``)."""
-        if pid is None or target is None or "ip" not in self.signals:
+        map, so that its code is keyed by file and offset (as in ``run``),
+        and recorded beside its trace."""
+        if pipeline is None or "ip" not in self.signals:
             return None
         from ..live.process_maps import ProcessMappings
-        maps = ProcessMappings(pid, self.targets.open(target), just_execd=True)
+        maps = ProcessMappings(pid, pipeline, record=self.trace, just_execd=True)
 
         def follow(name, pipeline):
             maps.pipeline = pipeline
@@ -144,7 +147,7 @@ class Worker:
         phases = self.catalog.program(*program, pipeline.profile, keep)
         return TargetPhases(phases, self.namer, self.catalog, keep_s=self.retired_s)
 
-    def _trace(self, directory: str) -> TraceWriter:
+    def _trace(self, directory: str, pipeline=None) -> TraceWriter:
         # The process id too: two daemons started in the same second, with one
         # directory, record to two files.
         stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
@@ -152,7 +155,10 @@ class Worker:
         # The intervals the daemon used, so that a replay splits alike.
         meta = dict(self.meta, recorded_by="phasewatchd", interval=asdict(self.params.interval),
                     detection=self.settings.recorded())
-        return TraceWriter(path, meta, self.signals, keep_complete=True)
+        if pipeline is not None and pipeline.classifier.live:   # replayed from the same phases
+            meta["known_phases"] = pipeline.known_phases()
+        return TraceWriter(path, meta, self.signals, keep_complete=True,
+                           side_table=pipeline is not None)
 
     @property
     def samples(self) -> int:
