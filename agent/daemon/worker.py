@@ -27,7 +27,7 @@ from ..formats.trace import TraceWriter
 from ..live.host_signals import HostSignals
 from ..live.loop import LiveRun, SourceThread
 from ..replay.paced import PacedReplay
-from .phase_ids import RETIRED_KEEP_S, ProgramPhases, TargetPhases, known_kept
+from .phase_ids import ProgramPhases, TargetPhases, known_kept
 from .phase_store import cpu_program, process_program
 from .publish import Publisher
 from .targets import Targets
@@ -80,7 +80,7 @@ class Worker:
         self.settings = fitted_settings(config, source, meta, self.signals, log)
         self.params = self.settings.params(meta)
         self.catalog = catalog      # the daemon's DaemonCatalog, or None
-        self.retired_s = getattr(config, "retired_seconds", RETIRED_KEEP_S)
+        self.retired_s = config.retired_seconds
         self.program = process_program(pid) if pid is not None and catalog is not None else None
         self.namer = self._namer(pid)
         self.targets = Targets(meta, self.params, target=target, grace_s=config.grace_seconds,
