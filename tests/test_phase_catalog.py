@@ -239,3 +239,21 @@ def test_pprof_carries_each_phase_name_beside_its_id(sequence, tmp_path):
     focused = subprocess.run(["go", "tool", "pprof", "-top", "-tagfocus", "phase_name=^fb$",
                               str(profile)], capture_output=True, text=True, check=True).stdout
     assert " fb\n" in focused and " fc\n" not in focused
+
+
+def test_distances_to_many_phases_at_once_are_those_one_by_one():
+    from phasewatch.formats.catalog import profile_distance_of, profile_distances_of
+    profile = "vpf-ip:0,32,96,2144,2208,2228"
+    rng = np.random.default_rng(5)
+
+    def phase(i):
+        centroid = rng.random(2228) * (rng.random(2228) < 0.05)
+        members = rng.integers(0, 3, 5)
+        return KnownPhase(i, centroid, members, np.full(5, 30.0), 4)
+    phases = [phase(i) for i in range(40)]
+    one, many = profile_distance_of(profile), profile_distances_of(profile)
+    centroids = np.stack([p.centroid for p in phases])
+    members = np.stack([p.members for p in phases])
+    for a in phases[:10]:
+        expected = [one(a, b) for b in phases]
+        assert np.allclose(many(a, centroids, members), expected), a.id

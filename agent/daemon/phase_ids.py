@@ -24,13 +24,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..formats.catalog import CatalogPhase, profile_distance_of
+from ..formats.catalog import CatalogPhase, profile_distances_of
 from ..live.phase_catalog import phase_name
 
 #: How long a retired phase's series stay in the exposition.
 RETIRED_KEEP_S = 300.0
-#: Phases of a program known in memory, beyond those live: at least this many.
-KNOWN_KEPT = 64
+#: Phases of a program known in memory, to match phases opened against: at
+#: least this many (each costs its centroid twice, about 35 KB with vpf-ip).
+KNOWN_KEPT = 16
 #: A target's phases go to the catalogue at most this often (and at once
 #: when a phase is opened or changes).
 SAVE_EVERY_S = 1.0
@@ -38,8 +39,9 @@ SAVE_EVERY_S = 1.0
 
 def known_kept(pipeline) -> int:
     """How many phases of a program are known in memory, to match phases
-    opened against: twice the live ones, at least :data:`KNOWN_KEPT`."""
-    return max(2 * pipeline.params.detector.max_phases, KNOWN_KEPT)
+    opened against: half as many as a target keeps live (as many as it
+    starts from), at least :data:`KNOWN_KEPT`."""
+    return max(pipeline.params.detector.max_phases // 2, KNOWN_KEPT)
 
 
 class ProgramPhases:
@@ -62,7 +64,8 @@ class ProgramPhases:
             base, k = (base, int(k)) if base and k.isdigit() else (name, 1)
             self.given[base] = max(self.given.get(base, 0), k)
         self.next_id = max([next_id, *(i + 1 for i in self.known)])
-        self.distance = profile_distance_of(profile)
+        self.distances = profile_distances_of(profile)
+        self._matrix = None         # the known phases' ids, centroids and members, stacked
         self.lock = threading.Lock()
 
     def seeds(self, n: int) -> list:
@@ -77,17 +80,23 @@ class ProgramPhases:
         ``threshold`` whose id no live phase of the target has, else a new
         one.  (id, whether it is new)."""
         with self.lock:
-            best, best_d = None, threshold
-            for pid, p in (self.known.items() if phase is not None else ()):
-                if pid in busy:
-                    continue
-                d = self.distance(phase, p.known)
-                if d <= best_d:
-                    best, best_d = pid, d
-            if best is not None:
-                return best, False
+            if phase is not None and self.known:
+                ids, centroids, members = self._stacked()
+                d = self.distances(phase, centroids, members)
+                d[np.isin(ids, list(busy))] = np.inf
+                best = int(np.argmin(d))
+                if d[best] <= threshold:
+                    return int(ids[best]), False
             self.next_id += 1
             return self.next_id - 1, True
+
+    def _stacked(self):
+        if self._matrix is None:
+            phases = list(self.known.values())
+            self._matrix = (np.array([p.known.id for p in phases]),
+                            np.stack([p.known.centroid for p in phases]),
+                            np.stack([p.known.members for p in phases]))
+        return self._matrix
 
     def name(self, pid: int, proposed: str) -> str:
         """The phase's name: the one it has, else ``proposed``, with ``~2``,
@@ -109,6 +118,8 @@ class ProgramPhases:
         recently seen beyond ``keep`` are forgotten here (the catalogue keeps
         them, and their ids are never given again)."""
         with self.lock:
+            if phases:
+                self._matrix = None
             for p in phases:
                 old = self.known.get(p.known.id)
                 first = old.first_seen if old is not None else p.first_seen

@@ -128,6 +128,33 @@ def profile_distance_of(profile: str):
     return distance
 
 
+def profile_distances_of(profile: str):
+    """:func:`profile_distance_of` from one phase to many at once: their
+    centroids and members as the rows of two matrices."""
+    from ..core.detectors import used_mask
+    from ..core.histograms import CUMULATIVE
+    from ..core.intervals import SEGMENT_KINDS
+    detector, _, bounds = profile.partition(":")
+    bounds = [int(b) for b in bounds.split(",")]
+    used = used_mask(detector)
+
+    def distances(a: KnownPhase, centroids: np.ndarray, members: np.ndarray) -> np.ndarray:
+        found = np.full(len(centroids), -1.0)
+        for s in range(len(bounds) - 1):
+            if not used[s] or a.members[s] <= 0:
+                continue
+            lo, hi = bounds[s], bounds[s + 1]
+            diff = centroids[:, lo:hi] - a.centroid[lo:hi]
+            if SEGMENT_KINDS[s] == CUMULATIVE:
+                d = (np.abs(np.cumsum(diff, axis=1)).sum(axis=1) / (hi - lo - 1) if hi - lo > 1
+                     else np.zeros(len(centroids)))
+            else:
+                d = 0.5 * np.abs(diff).sum(axis=1)
+            found = np.where(members[:, s] > 0, np.maximum(found, d), found)
+        return np.where(found < 0, 1.0, found)
+    return distances
+
+
 def check_path(path: str) -> None:
     """Refuse, before anything runs, a catalogue path that cannot be one."""
     check_outputs([path])
