@@ -95,6 +95,9 @@ class Targets(Streams, Sink):
         self.samples = 0
         self.forgotten = 0
         self.books = books
+        #: Whether targets name their phases from their code (their rows go
+        #: to their namers before the pipelines see them).
+        self.named = False
         #: Told (target, stable ids) of phases whose series left the exposition.
         self.on_dropped = lambda target, phases: None
         # Held while a batch is fed (the first loads the kernels, which may take
@@ -141,12 +144,14 @@ class Targets(Streams, Sink):
         return self.by_name[name].book.names(phases)
 
     def batch(self, batch) -> None:
-        """The IPs of a process target's batch, to name its phases from."""
-        if self.name:
-            self.open(self.name)
-        for state in self.by_name.values():
-            if state.book.namer is not None:
-                state.book.namer.batch(batch)
+        """Each target's IPs, to name its phases from."""
+        if not self.named or len(batch) == 0:
+            return
+        for name, rows in self._split(batch):
+            self.open(name)
+            namer = self.by_name[name].book.namer
+            if namer is not None:
+                namer.batch(rows)
 
     # --- as a sink: the counters ---------------------------------------------
 

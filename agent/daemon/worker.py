@@ -85,6 +85,7 @@ class Worker:
         self.namer = self._namer(pid)
         self.targets = Targets(meta, self.params, target=target, grace_s=config.grace_seconds,
                                books=self._book)
+        self.targets.named = self.namer is not None or self._replay_named()
         if energy is not None:
             self.targets.on_dropped = energy.drop
         # A process target's pipeline now: its known phases and mappings go
@@ -119,6 +120,20 @@ class Worker:
         from ..live.symbolizer import Symbolizer
         return PhaseFunctions(Symbolizer.from_pid(pid))
 
+    def _replay_named(self) -> bool:
+        """A replayed trace of one program (its mappings recorded) names its phases."""
+        return (not source_is_live(self.source) and "ip" in self.signals
+                and bool(self.meta.get("mappings")))
+
+    def _namer_for(self, name: str):
+        """The namer of target ``name``: the process's, or, replaying a
+        program's trace, one per CPU over the trace's mappings."""
+        if self.namer is not None or not self._replay_named():
+            return self.namer
+        from ..live.phase_functions import PhaseFunctions
+        from ..live.symbolizer import Symbolizer
+        return PhaseFunctions(Symbolizer.from_metadata(self.meta))
+
     def _maps(self, pid: int | None, pipeline):
         """A process target's mappings, kept in step with its pipeline's code
         map, so that its code is keyed by file and offset (as in ``run``),
@@ -143,9 +158,9 @@ class Worker:
             program = cpu_program(name)
         if program is None:
             return TargetPhases(ProgramPhases(name, name, pipeline.profile, keep=keep),
-                                self.namer, keep_s=self.retired_s)
+                                self._namer_for(name), keep_s=self.retired_s)
         phases = self.catalog.program(*program, pipeline.profile, keep)
-        return TargetPhases(phases, self.namer, self.catalog, keep_s=self.retired_s)
+        return TargetPhases(phases, self._namer_for(name), self.catalog, keep_s=self.retired_s)
 
     def _trace(self, directory: str, pipeline=None) -> TraceWriter:
         # The process id too: two daemons started in the same second, with one
