@@ -20,7 +20,9 @@ Each figure is the median over the runs, with the range beside it; the
 resident set is the daemon's peak (VmHWM) at the end of the run.
 
 ``--phasewatchd BIN`` (repeatable) compares installs side by side, runs
-interleaved; ``--load`` runs ``stress-ng --cpu 0`` (every core) meanwhile.
+interleaved; ``--catalog-both`` compares the phase catalogue on (its file in
+a fresh folder each run) and off (``--no-catalog``) likewise; ``--load``
+runs ``stress-ng --cpu 0`` (every core) meanwhile.
 """
 
 from __future__ import annotations
@@ -104,9 +106,14 @@ def main() -> int:
     p.add_argument("--phasewatchd", action="append", metavar="BIN",
                    help="the daemon to measure; repeat to compare (default: this environment's)")
     p.add_argument("--load", action="store_true", help="run stress-ng on every core meanwhile")
+    p.add_argument("--catalog-both", action="store_true",
+                   help="each daemon with the phase catalogue on and off, side by side")
     args = p.parse_args()
     daemons = args.phasewatchd or [str(DAEMON)]
-    runs: dict[str, list] = {d: [] for d in daemons}
+    variants = ([(d, "catalogue on"), (d, "catalogue off")] if args.catalog_both else [(d, "")]
+                for d in daemons)
+    daemons = [v for vs in variants for v in vs]
+    runs: dict = {d: [] for d in daemons}
     with tempfile.TemporaryDirectory() as tmp:
         if args.mode == "replay":
             samples = int((args.seconds + args.warmup + 10) * 1000)
@@ -118,15 +125,17 @@ def main() -> int:
                               'interval_ms = 200\n')
             argv, cpus = ["--config", str(config)], os.cpu_count()
         with cpu_load(args.load, "bench_daemon"):
-            for _ in range(args.repeat):
-                for daemon in daemons:
-                    runs[daemon].append(one_run(daemon, argv, args.seconds, args.warmup,
-                                                args.mode == "replay"))
+            for k in range(args.repeat):
+                for daemon, variant in daemons:
+                    extra = {"catalogue on": ["--catalog", f"{tmp}/catalog-{k}.sqlite"],
+                             "catalogue off": ["--no-catalog"], "": []}[variant]
+                    runs[daemon, variant].append(one_run(daemon, argv + extra, args.seconds,
+                                                         args.warmup, args.mode == "replay"))
     print(f"phasewatchd {args.mode}, {cpus} CPUs at 1 kHz, {args.seconds:g} s after "
           f"{args.warmup:g} s start-up, {args.repeat} runs"
           + (", stress-ng on every core" if args.load else "") + "; median (min-max)")
-    for daemon in daemons:
-        report(daemon, runs[daemon], cpus)
+    for daemon, variant in daemons:
+        report(f"{daemon}" + (f", {variant}" if variant else ""), runs[daemon, variant], cpus)
     return 0
 
 

@@ -12,7 +12,7 @@ from phasewatch.core.batch import SampleBatch, concat
 from phasewatch.core.driver import Driver
 from phasewatch.core.source import Sink
 from phasewatch.core.params import DetectorParams, Params, histogram_params_of, interval_params_of
-from phasewatch.core.pipeline import Pipeline
+from phasewatch.core.pipeline import Intervals, Pipeline
 from phasewatch.daemon.metrics import DaemonCounts, PhasewatchCollector, registry_for
 from phasewatch.daemon.targets import Targets
 from phasewatch.formats import synthetic
@@ -57,19 +57,24 @@ def test_each_cpu_gets_the_phases_its_own_replay_finds():
 def test_phases_beyond_the_cap_are_retired_and_counted():
     meta = synthetic.metadata(INTERVAL)
     targets = Targets(meta, params(meta, max_phases=2))
-    [done] = Driver(targets, [targets]).take(example())
-    intervals = done.intervals
+    driver, batch = Driver(targets, [targets]), example()
+    done = [driver.take(batch.slice(a, a + 500)) for a in range(0, len(batch), 500)]
+    intervals = Intervals.join([c.intervals for cs in done for c in cs])
     state = targets.snapshot()[0]
     assert state.phases <= 2
     assert state.phases_retired >= 2                  # four phases, two kept at a time
-    assert len(state.phase_intervals) <= 2
-    # Ids are slots: a new phase takes a retired one's id, and says it is new.
-    assert set(intervals.phase.tolist()) == {0, 1}
-    assert intervals.new_phase.sum() == state.phases + state.phases_retired
-    # Each slot counts its current phase's intervals only: from its opening on.
-    last = intervals.phase[-1]
-    opened = np.flatnonzero(intervals.new_phase & (intervals.phase == last))[-1]
-    assert state.phase_intervals[int(last)] == (intervals.phase[opened:] == last).sum()
+    # Ids are stable: never a retired phase's for another behaviour.  A
+    # behaviour that comes back after its phase was retired takes its id again.
+    truth = synthetic.labels()
+    behaviours = {}
+    for phase, label, status in zip(intervals.phase.tolist(), truth, intervals.statuses.tolist()):
+        if status == 0:         # matched (not a tentative interval at a change)
+            behaviours.setdefault(phase, set()).add(label)
+    assert all(len(b) == 1 for b in behaviours.values()), behaviours
+    assert len(behaviours) == len(set(truth)), behaviours
+    # Each id counts its phase's intervals, from the first on.
+    for p in state.phase_intervals:
+        assert state.phase_intervals[p] == (intervals.phase == p).sum()
 
 
 def test_targets_that_end_leave_after_the_grace_period():

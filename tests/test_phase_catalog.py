@@ -248,3 +248,21 @@ def top_shares(top: str) -> dict[str, float]:
     rows = [line.split() for line in top.splitlines()]
     return {row[5]: float(row[1].rstrip("%")) for row in rows
             if len(row) == 6 and row[1].endswith("%") and row[2].endswith("%")}
+
+
+def test_distances_to_many_phases_at_once_are_those_one_by_one():
+    from phasewatch.formats.catalog import profile_distance_of, profile_distances_of
+    profile = "vpf-ip:0,32,96,2144,2208,2228"
+    rng = np.random.default_rng(5)
+
+    def phase(i):
+        centroid = rng.random(2228) * (rng.random(2228) < 0.05)
+        members = rng.integers(0, 3, 5)
+        return KnownPhase(i, centroid, members, np.full(5, 30.0), 4)
+    phases = [phase(i) for i in range(40)]
+    one, many = profile_distance_of(profile), profile_distances_of(profile)
+    centroids = np.stack([p.centroid for p in phases])
+    members = np.stack([p.members for p in phases])
+    for a in phases[:10]:
+        expected = [one(a, b) for b in phases]
+        assert np.allclose(many(a, centroids, members), expected), a.id

@@ -179,3 +179,34 @@ def test_run_gives_each_phase_its_joules_in_the_summary_and_the_profile(abab, tm
     assert rp.returncode == 0, rp.stderr
     replayed = read_profile(str(tmp_path / "replay.pb.gz"))
     assert sum(s.value[2] for s in replayed.sample) == total_uj
+
+
+def test_the_daemons_energy_is_dropped_with_its_phase_and_its_target(tmp_path):
+    """Keyed by the daemon's stable ids: a phase retired for good takes its
+    joules and its learnt power with it, a target gone takes all of its, and
+    a target whose process ended and came back splits windows afresh."""
+    zone = fake_tree(tmp_path)
+    meter = EnergyMeter.open(str(tmp_path))
+    sink = PhaseEnergy(meter, one_run=False)
+    t0 = time.monotonic_ns()
+    for k, uj in enumerate((0, 1_000_000, 3_000_000)):      # readings 100 ms apart
+        (zone / "energy_uj").write_text(f"{uj}\n")
+        meter.read()
+        meter._t[-1] = t0 + k * 100_000_000
+    step = 100_000_000
+    for target in ("comm:a", "comm:b"):
+        sink.write(intervals([t0, t0 + step, t0 + 2 * step], [7, 9]), target)
+    sink.end(["comm:a", "comm:b"])
+    sink.settle(final=True)
+    assert set(sink.joules()) == {("comm:a", 7), ("comm:a", 9), ("comm:b", 7), ("comm:b", 9)}
+    assert 7 in sink._targets["comm:a"].power
+    sink.drop("comm:a", [7])
+    assert set(sink.joules()) == {("comm:a", 9), ("comm:b", 7), ("comm:b", 9)}
+    assert 7 not in sink._targets["comm:a"].power
+    # comm:b's process came back: its windows wait for its intervals again.
+    later = t0 + 10 * step
+    sink.write(intervals([later, later + step], [9]), "comm:b")
+    assert sink._targets["comm:b"].known_until == later + step
+    sink.forget(["comm:a"])
+    assert "comm:a" not in sink._targets
+    assert {t for t, _ in sink.joules()} == {"comm:b"}

@@ -50,6 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--powercap-root", metavar="DIR",
                    help="RAPL energy counters' folder, for energy per phase "
                         "(default /sys/class/powercap, used where readable)")
+    catalog = p.add_mutually_exclusive_group()
+    catalog.add_argument("--catalog", metavar="FILE",
+                         help="the phase catalogue: known phases keep their ids and names across "
+                              "program and daemon restarts (default $STATE_DIRECTORY/catalog.sqlite, "
+                              "else $XDG_STATE_HOME/phasewatch/catalog.sqlite)")
+    catalog.add_argument("--no-catalog", action="store_true",
+                         help="neither read nor write the phase catalogue: ids in order of "
+                              "appearance, from 0 at each start")
     add_detector_arguments(p, output=False, names=SAMPLE_DETECTORS,
                            default="the config's; with --replay " + RECORDED)
     return p

@@ -185,15 +185,17 @@ class ClassifierState:
         self.first_id = max([next_id, *(i + 1 for i in ids)])
         self.counters[_OPENED] = self.first_id
 
-    def known(self) -> list[KnownPhase]:
-        """Every live phase, to be kept beyond the run."""
+    def known(self, ids=None) -> list[KnownPhase]:
+        """Every live phase (or those of ``ids``), to be kept beyond the run."""
         high = int(self.counters[_HIGH])
+        wanted = range(high) if ids is None else [
+            s for s in range(high) if int(self.slots[s, _ID]) in ids]
         return [KnownPhase(int(self.slots[s, _ID]), self.centroids[s].copy(),
                            self.members[s].copy(), self.mean_samples[s].copy(),
                            int(self.slots[s, _JOINS]), int(self.slots[s, _CPI_N]),
                            float(self.cpi[s, _LOG_CPI]), float(self.cpi[s, _CPI_LAST]),
                            float(self.cpi[s, _CPI_D2]))
-                for s in range(high) if self.slots[s, _KIND] == PHASE]
+                for s in wanted if self.slots[s, _KIND] == PHASE]
 
     @property
     def next_id(self) -> int:

@@ -99,17 +99,23 @@ class Streams:
             self.pipelines.pop(name, None)
             self.last_phase.pop(name, None)
 
-    def ids(self, pipeline: Pipeline, intervals: Intervals) -> np.ndarray:
+    def ids(self, name: str, pipeline: Pipeline, intervals: Intervals) -> np.ndarray:
         """The phase ids the sinks see; the classifier's own here."""
         return intervals.phase
 
+    def names(self, name: str, phases: np.ndarray) -> dict[int, str] | None:
+        """The names of the phase ids ``phases`` of stream ``name`` (those of
+        the intervals and the one before them); none here."""
+        return None
+
     def _classified(self, name: str, pipeline: Pipeline, intervals: Intervals) -> Classified:
-        intervals.phase = self.ids(pipeline, intervals)
+        intervals.phase = self.ids(name, pipeline, intervals)
         previous = np.empty(len(intervals), np.int64)
         previous[0] = self.last_phase.get(name, -1)
         previous[1:] = intervals.phase[:-1]
         self.last_phase[name] = int(intervals.phase[-1])
-        return Classified(name, intervals, previous)
+        return Classified(name, intervals, previous,
+                          self.names(name, np.append(intervals.phase, previous[0])))
 
     def _split(self, batch: SampleBatch):
         if self.name is not None:

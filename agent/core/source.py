@@ -73,6 +73,8 @@ class Classified:
     stream: str                 # "" for a command's one stream; a daemon's target name
     intervals: Intervals
     previous: np.ndarray        # the phase before each interval; -1 before the stream's first
+    #: Each phase id's name, where the streams name their phases (the daemon's).
+    names: dict[int, str] | None = None
 
     @property
     def changes(self) -> np.ndarray:

@@ -30,6 +30,7 @@ from ..core.settings import INTERVAL_SETTINGS, LIMITS, DetectionSettings, Limit
 from ..errors import UserError
 from ..formats.metadata import bounded
 from .publish import DEFAULT_HWM
+from .phase_ids import RETIRED_KEEP_S
 from .targets import DEFAULT_GRACE_S, DEFAULT_MAX_PHASES
 
 #: The largest config file read (the full example is under 4 KiB).
@@ -91,6 +92,12 @@ class MetricsTable(_Table):
     keyfile: str | None = None
     client_cafile: str | None = None
     grace_seconds: Annotated[float, _range(0, 10**7, " s")] = DEFAULT_GRACE_S
+    retired_seconds: Annotated[float, _range(0, 10**7, " s")] = RETIRED_KEEP_S
+
+
+class CatalogTable(_Table):
+    enabled: bool = True
+    path: Annotated[str, Meta(min_length=1)] | None = None
 
 
 class ZmqTable(_Table):
@@ -112,6 +119,7 @@ class ConfigFile(_Table):
     metrics: MetricsTable = msgspec.field(default_factory=MetricsTable)
     zmq: ZmqTable = msgspec.field(default_factory=ZmqTable)
     record: RecordTable = msgspec.field(default_factory=RecordTable)
+    catalog: CatalogTable = msgspec.field(default_factory=CatalogTable)
 
 
 #: Config field -> (table, key) of the file.
@@ -130,10 +138,12 @@ KEYS = {
     "metrics": ("metrics", "listen"), "metrics_certfile": ("metrics", "certfile"),
     "metrics_keyfile": ("metrics", "keyfile"), "metrics_client_cafile": ("metrics", "client_cafile"),
     "grace_seconds": ("metrics", "grace_seconds"),
+    "retired_seconds": ("metrics", "retired_seconds"),
     "zmq": ("zmq", "endpoint"), "zmq_hwm": ("zmq", "hwm"), "zmq_samples": ("zmq", "samples"),
     "curve_secret_key": ("zmq", "curve_secret_key"),
     "curve_authorized_keys": ("zmq", "curve_authorized_keys"),
     "record": ("record", "dir"),
+    "catalog": ("catalog", "enabled"), "catalog_path": ("catalog", "path"),
 }
 TABLES = {name: typing.get_type_hints(ConfigFile)[name] for name in ConfigFile.__struct_fields__}
 
@@ -164,12 +174,15 @@ class Config:
     metrics_keyfile: str | None = None
     metrics_client_cafile: str | None = None
     grace_seconds: float = DEFAULT_GRACE_S
+    retired_seconds: float = RETIRED_KEEP_S
     zmq: str | None = "tcp://127.0.0.1:5556"
     zmq_hwm: int = DEFAULT_HWM
     zmq_samples: bool = False
     curve_secret_key: str | None = None
     curve_authorized_keys: str | None = None
     record: str | None = None
+    catalog: bool = True
+    catalog_path: str | None = None     # None: in the state directory
     #: The detection settings the file or the command line set (over a replay's
     #: recorded ones).
     given: frozenset[str] = frozenset()
@@ -394,6 +407,10 @@ def with_flags(config: Config, args) -> Config:
         changes["zmq_samples"] = True
     if getattr(args, "powercap_root", None):
         changes["powercap_root"] = args.powercap_root
+    if getattr(args, "catalog", None):
+        changes.update(catalog=True, catalog_path=args.catalog)
+    if getattr(args, "no_catalog", False):
+        changes["catalog"] = False
     flags = detection_flags(args)
     changes.update(flags, given=config.given | flags["given"])
     config = replace(config, **changes)

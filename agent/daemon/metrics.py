@@ -40,6 +40,8 @@ class DaemonCounts:
         self.register_rates: Callable[[], list[dict]] = lambda: []
         #: errors a target caused, by (configured target, kind) (.target_errors)
         self.target_errors: Callable[[], dict[tuple[str, str], int]] = lambda: {}
+        #: catalogue writes that failed (a full disk); None: no catalogue
+        self.catalog_write_errors: Callable[[], int] | None = None
 
 
 class PhasewatchCollector:
@@ -54,9 +56,10 @@ class PhasewatchCollector:
 
     def collect(self):
         yield from self._host_metrics()
-        yield from self._target_metrics()
+        states = live_states(self.targets())
+        yield from self._target_metrics(states)
         if self.energy is not None:
-            yield self._phase_energy()
+            yield self._phase_energy(states)
         yield from self._daemon_metrics()
 
     def _host_metrics(self):
@@ -100,8 +103,8 @@ class PhasewatchCollector:
             fhist.add_metric([], f_buckets, f_sum)
         return volts, freq, pfreq, cstate, energy, vhist, fhist
 
-    def _target_metrics(self):
-        phase = GaugeMetricFamily("phasewatch_phase", "Current phase id of the target",
+    def _target_metrics(self, states):
+        phase = GaugeMetricFamily("phasewatch_phase", "Current phase (stable id) of the target",
                                   labels=["target"])
         phases = GaugeMetricFamily("phasewatch_phases", "Phases currently kept for the target",
                                    labels=["target"])
@@ -111,8 +114,8 @@ class PhasewatchCollector:
         intervals = CounterMetricFamily("phasewatch_intervals", "Classified intervals",
                                         labels=["target"])
         per_phase = CounterMetricFamily("phasewatch_phase_intervals",
-                                        "Intervals classified into each phase",
-                                        labels=["target", "phase"])
+                                        "Intervals classified into each phase (stable id, name)",
+                                        labels=["target", "phase", "phase_name"])
         retired = CounterMetricFamily("phasewatch_phases_retired",
                                       "Phases dropped by the per-target cap", labels=["target"])
         remaining = GaugeMetricFamily("phasewatch_phase_expected_remaining_seconds",
@@ -121,7 +124,7 @@ class PhasewatchCollector:
         predictions = CounterMetricFamily("phasewatch_predictions",
                                           "Next-interval phase predictions, by outcome",
                                           labels=["target", "outcome"])
-        for t in live_states(self.targets()):
+        for t in states:
             if t.phase >= 0:
                 phase.add_metric([t.name], t.phase)
             phases.add_metric([t.name], t.phases)
@@ -133,15 +136,18 @@ class PhasewatchCollector:
             predictions.add_metric([t.name, "right"], t.predictions_right)
             predictions.add_metric([t.name, "wrong"], t.predictions_wrong)
             for p, n in sorted(t.phase_intervals.items()):
-                per_phase.add_metric([t.name, str(p)], n)
+                per_phase.add_metric([t.name, str(p), t.names.get(p, "")], n)
         return phase, phases, changes, intervals, per_phase, retired, remaining, predictions
 
-    def _phase_energy(self):
+    def _phase_energy(self, states):
         energy = CounterMetricFamily("phasewatch_phase_energy_joules",
                                      "RAPL package energy used while the target was in the phase",
-                                     labels=["target", "phase"])
+                                     labels=["target", "phase", "phase_name"])
+        names = {t.name: t.names for t in states}
         for (target, phase), joules in sorted(self.energy.joules().items()):
-            energy.add_metric([target, str(phase)], joules)
+            name = names.get(target, {}).get(phase)
+            if name is not None:        # a phase the metrics show
+                energy.add_metric([target, str(phase), name], joules)
         return energy
 
     def _daemon_metrics(self):
@@ -169,7 +175,14 @@ class PhasewatchCollector:
                                      "its source, watching it", labels=["target", "kind"])
         for (target, kind), n in sorted(c.target_errors().items()):
             errors.add_metric([target, kind], n)
-        return ((samples, dropped, zmq_dropped, cpu, lag, build, errors)
+        catalog = ()
+        if c.catalog_write_errors is not None:
+            written = CounterMetricFamily("phasewatch_catalog_write_errors",
+                                          "Phase catalogue updates that could not be written "
+                                          "(a full disk)")
+            written.add_metric([], c.catalog_write_errors())
+            catalog = (written,)
+        return ((samples, dropped, zmq_dropped, cpu, lag, build, errors) + catalog
                 + self._register_rate_metrics())
 
     def _register_rate_metrics(self):

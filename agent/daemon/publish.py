@@ -9,10 +9,13 @@ filter on by prefix:
         {"v": 1, "type": "interval", "host": "...", "target": "cpu0", "seq": 17,
          "index": 41, "t_start_ns": ..., "t_end_ns": ..., "instructions": ...,
          "cycles": ..., "samples": ..., "distance": 0.031, "phase": 2,
-         "new_phase": false, "t_start_unix_ns": ..., "t_end_unix_ns": ...,
+         "name": "fa", "new_phase": false, "t_start_unix_ns": ..., "t_end_unix_ns": ...,
          "predicted_next": 2, "predicted_after_change": 0,
          "expected_remaining_intervals": 7, "expected_remaining_s": 0.7,
          "confidence": {"next": 0.86, "after_change": 1.0, "remaining": 0.75}}
+
+    ``phase`` is the phase's stable id and ``name`` its name (docs/daemon.md):
+    an id never names two behaviours.
 
     The prediction keys are the results file's (docs/formats.md,
     docs/prediction.md): what is expected after this interval, null where
@@ -26,10 +29,11 @@ filter on by prefix:
     previous interval's)::
 
         {"v": 1, "type": "phase", "host": "...", "target": "cpu0", "seq": 3,
-         "index": 41, "t_ns": <end of the interval>, "phase": 2, "previous": 0,
-         "new_phase": false, "t_unix_ns": <t_ns in CLOCK_REALTIME>}
+         "index": 41, "t_ns": <end of the interval>, "phase": 2, "name": "fa",
+         "previous": 0, "previous_name": "fb", "new_phase": false,
+         "t_unix_ns": <t_ns in CLOCK_REALTIME>}
 
-    ``previous`` is null for a target's first interval.
+    ``previous`` and ``previous_name`` are null for a target's first interval.
 
 ``sample.<cpu>`` (opt-in)
     a raw sample batch as columns: frame 2 is a JSON header
@@ -189,11 +193,14 @@ class Publisher:
         return PublisherSink(self, clock_ns, samples)
 
     def intervals(self, target: str, iv: Intervals, changes: np.ndarray, previous: np.ndarray,
-                  clock_ns: Callable[[int], int] = lambda t_ns: t_ns) -> None:
+                  clock_ns: Callable[[int], int] = lambda t_ns: t_ns,
+                  names: dict[int, str] | None = None) -> None:
         """Publish each interval, and a phase event for each change of phase;
-        ``clock_ns`` maps a sample time to CLOCK_MONOTONIC (a paced replay's)."""
+        ``clock_ns`` maps a sample time to CLOCK_MONOTONIC (a paced replay's),
+        ``names`` gives each phase id's name."""
         if iv.partial or len(iv) == 0:
             return
+        names = names or {}
         realtime_offset = time.time_ns() - time.monotonic_ns()
 
         def unix_ns(t_ns: int) -> int:
@@ -207,14 +214,16 @@ class Publisher:
             self._send_json(f"interval.{target}", {
                 "type": "interval", "target": target, "index": index, "t_start_ns": t0,
                 "t_end_ns": t1, "instructions": instr, "cycles": cyc, "samples": n,
-                "distance": _number(dist), "phase": phase, "new_phase": new,
-                "t_start_unix_ns": unix_ns(t0), "t_end_unix_ns": unix_ns(t1),
+                "distance": _number(dist), "phase": phase, "name": names.get(phase),
+                "new_phase": new, "t_start_unix_ns": unix_ns(t0), "t_end_unix_ns": unix_ns(t1),
                 **predicted[row]})
             if row in changed:
                 before = int(previous[row])
                 self._send_json(f"phase.{target}", {
                     "type": "phase", "target": target, "index": index, "t_ns": t1,
-                    "phase": phase, "previous": before if before >= 0 else None,
+                    "phase": phase, "name": names.get(phase),
+                    "previous": before if before >= 0 else None,
+                    "previous_name": names.get(before) if before >= 0 else None,
                     "new_phase": new, "t_unix_ns": unix_ns(t1)})
 
     def batch(self, batch: SampleBatch) -> None:
@@ -341,4 +350,5 @@ class PublisherSink(Sink):
             self.publisher.batch(batch)
 
     def classified(self, c: Classified) -> None:
-        self.publisher.intervals(c.stream, c.intervals, c.changes, c.previous, self.clock_ns)
+        self.publisher.intervals(c.stream, c.intervals, c.changes, c.previous, self.clock_ns,
+                                 c.names)

@@ -111,6 +111,7 @@ class Daemon:
         self.counts = DaemonCounts()
         self.publisher = None
         self.energy = None
+        self.catalog = None
         self.server = None
         self.workers: list[Worker] = []
         self.lost_recordings: list[str] = []
@@ -132,6 +133,7 @@ class Daemon:
             self.publisher = Publisher(c.zmq, hwm=c.zmq_hwm, samples=c.zmq_samples, curve=c.curve)
         try:
             self.energy = open_phase_energy(c)
+            self.catalog = open_catalog(c)
             self._open_workers()
             if c.metrics:
                 self._serve_metrics()
@@ -156,7 +158,7 @@ class Daemon:
             self.workers.append(Worker(name, source, meta, signals, c, self.worker_log,
                                        target=target,
                                        host_signals=target is None, publisher=self.publisher,
-                                       pid=pid, energy=self.energy))
+                                       pid=pid, energy=self.energy, catalog=self.catalog))
 
     def _serve_metrics(self) -> None:
         self.counts.samples = lambda: sum(w.samples for w in self.workers)
@@ -166,6 +168,8 @@ class Daemon:
         self.counts.register_rates = lambda: [r for r in (register_rate_of(w.source)
                                                           for w in self.workers) if r]
         self.counts.target_errors = self.target_errors.counts
+        self.counts.catalog_write_errors = (
+            (lambda: self.catalog.write_errors) if self.catalog is not None else None)
         collector = PhasewatchCollector(
             targets=lambda: [w.targets for w in self.workers],
             host=lambda: [w.host for w in self.workers if w.host is not None],
@@ -188,7 +192,9 @@ class Daemon:
         reported_end = set()
         try:
             while not self._stop.is_set():
-                self._stop.wait(min(ping, 1.0) if ping else 1.0)
+                # As often as processes are looked for (a restarted command
+                # is watched within rescan_seconds), at least once a second.
+                self._stop.wait(min(ping or 1.0, 1.0, self.config.rescan_seconds))
                 self._upkeep(reported_end)
                 if ping and time.monotonic() >= next_ping:
                     self.notifier.watchdog()
@@ -208,8 +214,8 @@ class Daemon:
         now = time.monotonic()
         if now - self._last_tick >= 1.0:
             self._last_tick = now
-            for w in self.workers:
-                w.tick()
+            gone = [name for w in self.workers for name in w.tick()]
+            self._forget_energy(gone)
             if self.energy is not None:     # windows that no interval will close
                 self.energy.settle()
             self._drop_finished(reported_end)
@@ -230,6 +236,14 @@ class Daemon:
                 else:
                     log(f"{w.name}: the source ended after {w.samples:,} samples; "
                         f"still serving the last state")
+
+    def _forget_energy(self, gone: list[str]) -> None:
+        """Energy of targets that left the metrics, unless another worker
+        holds the target now (a restarted ``comm:`` target's new process)."""
+        if self.energy is None or not gone:
+            return
+        held = {name for w in self.workers for name in w.targets.by_name}
+        self.energy.forget(set(gone) - held)
 
     def _check_recording(self, w: Worker) -> None:
         """Say, once, that a worker's recording stopped (a full disk)."""
@@ -281,7 +295,8 @@ class Daemon:
         try:
             return Worker(name, source, meta, signals, c, self.worker_log, target=target,
                           host_signals=False,
-                          publisher=self.publisher, pid=pid, energy=self.energy)
+                          publisher=self.publisher, pid=pid, energy=self.energy,
+                          catalog=self.catalog)
         except BaseException:
             source.close()
             raise
@@ -336,7 +351,8 @@ class Daemon:
         old, self.config = self.config, new
         restart = [k for k in ("source", "trace", "cpus", "pids",
                                "metrics", "zmq", "record", "msr_path", "rate_hz",
-                               "interval_instructions", "interval_ms")
+                               "interval_instructions", "interval_ms", "catalog",
+                               "catalog_path", "retired_seconds")
                    if getattr(old, k) != getattr(new, k)]
         for w in self.workers:
             w.reconfigure(new)
@@ -360,6 +376,18 @@ class Daemon:
             self.publisher = None
         if self.energy is not None:
             self.energy.meter.stop()
+        if self.catalog is not None:
+            self.catalog.close()
+            self.catalog = None
+
+
+def open_catalog(config: daemon_config.Config):
+    """The phase catalogue, where it is on; where it cannot be used the
+    daemon says so in one line and runs without it."""
+    if not config.catalog or config.source == "replay":
+        return None
+    from .phase_store import DaemonCatalog, catalog_path
+    return DaemonCatalog(catalog_path(config.catalog_path), log)
 
 
 def open_phase_energy(config: daemon_config.Config):

@@ -64,7 +64,7 @@ def _change_rate() -> timeseries.Panel:
 
 
 def _time_shares() -> bargauge.Panel:
-    per_phase = (f"sum by (instance, target, phase) "
+    per_phase = (f"sum by (instance, target, phase, phase_name) "
                  f"(increase(phasewatch_phase_intervals_total{{{SELECT}}}[$__range]))")
     per_target = (f"sum by (instance, target) "
                   f"(increase(phasewatch_phase_intervals_total{{{SELECT}}}[$__range]))")
@@ -78,7 +78,7 @@ def _time_shares() -> bargauge.Panel:
         .reduce_options(common_builders.ReduceDataOptions().calcs(["lastNotNull"])
                         .values(False))
         .with_target(instant_query(f"{per_phase} / on (instance, target) group_left {per_target}",
-                                   "{{target}} phase {{phase}}"))
+                                   "{{target}} {{phase}} {{phase_name}}"))
     )
 
 

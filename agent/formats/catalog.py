@@ -129,6 +129,33 @@ def profile_distance_of(profile: str):
     return distance
 
 
+def profile_distances_of(profile: str):
+    """:func:`profile_distance_of` from one phase to many at once: their
+    centroids and members as the rows of two matrices."""
+    from ..core.detectors import used_mask
+    from ..core.histograms import CUMULATIVE
+    from ..core.intervals import SEGMENT_KINDS
+    detector, _, bounds = profile.partition(":")
+    bounds = [int(b) for b in bounds.split(",")]
+    used = used_mask(detector)
+
+    def distances(a: KnownPhase, centroids: np.ndarray, members: np.ndarray) -> np.ndarray:
+        found = np.full(len(centroids), -1.0)
+        for s in range(len(bounds) - 1):
+            if not used[s] or a.members[s] <= 0:
+                continue
+            lo, hi = bounds[s], bounds[s + 1]
+            diff = centroids[:, lo:hi] - a.centroid[lo:hi]
+            if SEGMENT_KINDS[s] == CUMULATIVE:
+                d = (np.abs(np.cumsum(diff, axis=1)).sum(axis=1) / (hi - lo - 1) if hi - lo > 1
+                     else np.zeros(len(centroids)))
+            else:
+                d = 0.5 * np.abs(diff).sum(axis=1)
+            found = np.where(members[:, s] > 0, np.maximum(found, d), found)
+        return np.where(found < 0, 1.0, found)
+    return distances
+
+
 def check_path(path: str) -> None:
     """Refuse, before anything runs, a catalogue path that cannot be one."""
     check_outputs([path])
@@ -180,7 +207,9 @@ class Catalog:
             self.db = self._connect()
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+        # The daemon's workers share one connection, each use under its lock.
+        db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None,
+                             check_same_thread=False)
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
@@ -199,7 +228,8 @@ class Catalog:
     def _read_only(self) -> sqlite3.Connection | None:
         """The catalogue as it is, for reading only, where nothing can be written."""
         try:
-            db = sqlite3.connect(f"file:{quote(str(self.path))}?immutable=1", uri=True)
+            db = sqlite3.connect(f"file:{quote(str(self.path))}?immutable=1", uri=True,
+                                 check_same_thread=False)
             db.execute("SELECT count(*) FROM phases").fetchone()
             return db
         except sqlite3.Error:
@@ -223,12 +253,12 @@ class Catalog:
         row = self.db.execute("SELECT next_id FROM programs WHERE key = ?", (key,)).fetchone()
         return int(row[0]) if row else 0
 
-    def phases(self, key: str) -> list[CatalogPhase]:
-        """The program's phases, the most recently seen first."""
+    def phases(self, key: str, limit: int = -1) -> list[CatalogPhase]:
+        """The program's phases, the most recently seen first (at most ``limit``)."""
         rows = self.db.execute(
             "SELECT id, name, centroid, members, mean_samples, joins, cpi_n, log_cpi, cpi_last,"
             " cpi_d2, intervals, first_seen, last_seen FROM phases WHERE program = ?"
-            " ORDER BY last_seen DESC, id", (key,)).fetchall()
+            " ORDER BY last_seen DESC, id LIMIT ?", (key, limit)).fetchall()
         return [_phase(r) for r in rows]
 
     def prediction_memory(self, key: str) -> dict | None:

@@ -151,7 +151,9 @@ class PhaseEnergy(Sink):
     grow.  Exact where each phase draws a steady power; time outside the
     target's intervals takes its share and is dropped.
 
-    Energy is kept per stream (a daemon's target) and phase.  One run's sink
+    Energy is kept per stream (a daemon's target) and phase (the daemon's
+    stable ids: :meth:`drop` forgets a phase retired for good, :meth:`forget`
+    a target gone).  One run's sink
     (``one_run``) keeps each interval's energy too (for a profile) and, when
     closed, stops the meter and settles every interval; the daemon's is
     shared by its workers, each through :meth:`bound`."""
@@ -185,6 +187,8 @@ class PhaseEnergy(Sink):
             t0, t1 = [clock_ns(int(t)) for t in t0], [clock_ns(int(t)) for t in t1]
         with self._lock:
             state = self._targets.setdefault(target, _Target())
+            if state.known_until == ENDED:      # its source ended, and another took its place
+                state.known_until = 0
             for row in zip(intervals.index.tolist(), intervals.phase.tolist(), t0, t1,
                            intervals.instructions.tolist()):
                 state.pending.append([*row, 0.0])
@@ -211,6 +215,27 @@ class PhaseEnergy(Sink):
                 if target in self._targets:
                     self._targets[target].known_until = ENDED
         self.settle()
+
+    def drop(self, target: str, phases) -> None:
+        """Forget what was learnt of these phases of ``target`` (retired
+        for good: their ids will not come back in this target's series)."""
+        with self._lock:
+            state = self._targets.get(target)
+            for p in phases:
+                if state is not None:
+                    state.power.pop(p, None)
+                for kept in (self.phase_uj, self.phase_instructions, self.phase_counted_uj):
+                    kept.pop((target, p), None)
+
+    def forget(self, targets) -> None:
+        """Forget every target in ``targets`` (ended, and gone from the metrics)."""
+        targets = set(targets)
+        with self._lock:
+            for t in targets:
+                self._targets.pop(t, None)
+            for kept in (self.phase_uj, self.phase_instructions, self.phase_counted_uj):
+                for key in [k for k in kept if k[0] in targets]:
+                    del kept[key]
 
     def finish(self) -> None:
         """Stop the meter (a last reading) and settle every interval; once."""

@@ -86,6 +86,12 @@ class PhaseFunctions(Sink):
         ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:k]
         return [(name, n / total) for name, n in ranked]
 
+    def forget(self, phases) -> None:
+        """Drop what is kept of these phases (the daemon's, once named or retired)."""
+        for phase in phases:
+            for kept in (self._raw, self._raw_tids, self._raw_n, self._names):
+                kept.pop(phase, None)
+
     def _keep(self, phase: int, ips: np.ndarray, tids: np.ndarray | None) -> None:
         if len(ips) == 0:
             return
