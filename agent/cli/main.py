@@ -12,6 +12,7 @@ import sys
 from .. import __version__
 from ..console import one_line, start_up
 from ..errors import UserError
+from .blas import load_numpy
 
 #: subcommand (and its module here) -> one-line help
 COMMANDS = {
@@ -65,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if (cannot := start_up()) is not None:
             raise UserError(cannot)
+        load_numpy()
         args = build_parser(argv).parse_args(argv)
         command = f"phasewatch {args.command}"
         mod = importlib.import_module(f".{args.command}", __package__)

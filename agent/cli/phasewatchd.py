@@ -21,6 +21,10 @@ from ..console import guard_stdio, start_up  # noqa: E402
 
 guard_stdio()
 
+from .blas import load_numpy  # noqa: E402
+
+load_numpy()
+
 import argparse  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
