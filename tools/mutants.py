@@ -45,7 +45,6 @@ TREE = BUILD / f"tree-{os.getpid()}"
 BIN = Path(sys.executable).parent
 
 #: Module (under agent/) -> the test files that check it and run in seconds.
-#: classify.py, detectors.py and params.py are left out of this round;
 #: kernels.py (the choice between compiled kernels and numba's JIT) is
 #: tested by compiling, which mutants run without.
 TESTS = {
@@ -60,7 +59,10 @@ TESTS = {
     "core/cpumodels.py": ["test_collectors_sysfs.py", "test_decode.py"],
     "core/histograms.py": ["test_histograms.py", "test_noise_model.py", "test_code_resolutions.py"],
     "core/reference.py": ["test_pipeline.py", "test_decode.py", "test_synthetic_eight.py"],
-    "core/settings.py": ["test_recorded_settings.py"],
+    "core/settings.py": ["test_settings.py", "test_recorded_settings.py"],
+    "core/detectors.py": ["test_settings.py", "test_pipeline.py"],
+    "core/params.py": ["test_settings.py", "test_pipeline.py", "test_codemap.py"],
+    "core/classify.py": ["test_classify.py", "test_pipeline.py"],
     "report/diff.py": ["test_diff.py"],
     "formats/results.py": ["test_results_format.py"],
     "formats/metadata.py": ["test_robust.py", "test_trace.py"],
