@@ -40,6 +40,10 @@ IP_ONLY = ("t_ns", "cpu", "tid", "ip")
     ("max_phases", 100_000, None),
     ("max_phases", 100_001, "100001 is outside [2, 100000]"),
     ("max_phases", 2.0, "2.0 is not an integer"),
+    ("interval_instructions", 1, None),
+    ("interval_instructions", 0, "0 is outside [1, 1e+15]"),
+    ("interval_instructions", 10**15, None),
+    ("interval_instructions", 10**15 + 1, "1000000000000001 is outside [1, 1e+15]"),
     ("interval_ms", 0.01, None),
     ("interval_ms", 0.009, "0.009 is outside [0.01, 8.64e+07]"),
 ])
@@ -160,6 +164,30 @@ def test_intervals_fall_back_to_samples_only_without_instruction_counts():
     timed = IntervalParams(kind="time", ns=1_000_000)
     assert DetectionSettings(interval=timed).for_stream(("perf_status",), said.append) \
         .interval == timed
+
+
+def test_the_warning_counts_milliseconds_at_1000_hz_unless_told_the_rate():
+    said = []
+    DetectionSettings().for_stream(("perf_status",), said.append)
+    assert "every 100 samples instead (100 ms of the program's CPU time at 1000 Hz;" in said[0]
+
+
+def test_a_pipeline_falls_back_to_ip_only_when_asked():
+    from phasewatch.core.settings import pipeline_for
+    meta = {"interval": {"kind": "samples", "samples": 10}}
+    with pytest.raises(UserError, match=r"^detector vpf needs"):
+        pipeline_for(meta, DetectionSettings(detector="vpf"), IP_ONLY, print)
+    said = []
+    pipeline = pipeline_for(meta, DetectionSettings(detector="vpf"), IP_ONLY, said.append,
+                            fall_back=True)
+    assert pipeline.params.detector.detector == "vpf-ip" and len(said) == 1
+
+
+def test_settings_are_one_value_that_cannot_be_changed():
+    """Commands and the daemon share one settings value: none may change it."""
+    from dataclasses import FrozenInstanceError
+    with pytest.raises(FrozenInstanceError):
+        DetectionSettings().threshold = 0.5
 
 
 def test_the_detector_label_says_default_only_for_vpf_ip_chosen_by_nobody():
