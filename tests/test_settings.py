@@ -254,3 +254,11 @@ def test_parameters_read_back_from_the_metadata_written():
     assert for_model == HistogramParams(voltage_mv=UNKNOWN.voltage_range_mv,
                                         pfreq_mhz=(0.0, UNKNOWN.freq_max_mhz),
                                         freq_mhz=(0.0, UNKNOWN.freq_max_mhz), text_range=(5, 6))
+
+
+def test_the_default_histograms_are_the_unknown_cpus_and_read_back_from_no_metadata():
+    """Without a CPU model or recorded histograms, a stream is profiled over
+    the thesis's ranges, which are the unknown CPU's."""
+    assert HistogramParams() == HistogramParams.for_model(UNKNOWN)
+    assert histogram_params_of({}) == HistogramParams()
+    assert histogram_params_of({"histograms": {}}) == HistogramParams()

@@ -148,7 +148,7 @@ def run_module(module: str) -> None:
     cfg = BUILD / (session(module).stem + ".toml")
     cfg.write_text(config(module, timeout=3 * took + 30))
     db = session(module)
-    if not db.exists():
+    if not db.exists() or db.stat().st_size == 0:    # an empty file is no session
         subprocess.run([str(BIN / "cosmic-ray"), "init", str(cfg), str(db)], cwd=TREE, env=env,
                        check=True)
         subprocess.run([str(BIN / "cr-filter-operators"), str(db), str(cfg)], cwd=TREE, env=env,
