@@ -286,3 +286,17 @@ def test_hwmon_voltage_is_taken_in_millivolts_where_perf_status_is_not_used():
     assert out[F["voltage_mv"], [0, 3]].tolist() == [1100.0, 950.0]
     assert np.isnan(out[F["voltage_mv"], [1, 2]]).all()
     assert decode(b, DecoderState(), 1000.0)[F["voltage_mv"]].tolist() == [1000.0] * 4
+
+
+def test_an_empty_batch_decodes_to_nothing_and_leaves_the_state_as_it_was():
+    state = DecoderState()
+    decode(batch(cpu=np.array([0, 1]), aperf=[100, 7], mperf=[1000, 70]), state, 1000.0)
+    empty = SampleBatch.empty(("aperf", "mperf"))
+    assert decode(empty, state, 1000.0).shape == (len(F), 0)
+    out = decode(batch(cpu=np.array([1, 0]), aperf=[27, 150], mperf=[80, 1100]), state, 1000.0)
+    assert out[F["freq_mhz"]].tolist() == [2000.0, 500.0]
+
+
+def test_c1_is_taken_over_a_tsc_that_moved_by_one_tick():
+    out = decode(batch(mperf=[0, 0], tsc=[0, 1]), DecoderState(), 1000.0)
+    assert out[F["c0"], 1] == 0.0 and out[F["c1"], 1] == 1.0

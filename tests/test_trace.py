@@ -141,7 +141,7 @@ def test_the_first_bad_id_is_the_earliest_row_of_either_column():
     assert first_bad_id(SampleBatch.empty()) is None
     joined = concat([SampleBatch(ok), SampleBatch(ok), SampleBatch(ok)])
     assert len(joined) == 12 and joined["tid"].tolist() == ok["tid"].tolist() * 3
-    for odd in (2, 1):
+    for odd in (2, 1, 0):
         parts = [SampleBatch(ok)] * 3
         parts[odd] = SampleBatch(one)
         with pytest.raises(BatchError, match="cannot join"):
