@@ -282,9 +282,11 @@ def test_c1_takes_out_the_c_states_that_are_sampled():
 def test_hwmon_voltage_is_taken_in_millivolts_where_perf_status_is_not_used():
     """vcore_mv as read (1 mV steps); 0 or MISSING is unknown; perf_status is ignored."""
     b = batch(vcore_mv=[1100, 0, M, 950], perf_status=[8192 << 32] * 4)
-    out = decode(b, DecoderState(), 1000.0, voltage_from_perf_status=False)
+    state = DecoderState()
+    out = decode(b, state, 1000.0, voltage_from_perf_status=False)
     assert out[F["voltage_mv"], [0, 3]].tolist() == [1100.0, 950.0]
     assert np.isnan(out[F["voltage_mv"], [1, 2]]).all()
+    assert state.implausible_values() == {}         # unknown, not out of bounds
     assert decode(b, DecoderState(), 1000.0)[F["voltage_mv"]].tolist() == [1000.0] * 4
 
 

@@ -235,6 +235,7 @@ def test_an_intervals_size_and_description():
     assert IntervalParams(instructions=1_500).describe() == "every 1,500 instructions"
     assert IntervalParams(kind="samples", samples=2_000).describe() == "every 2,000 samples"
     assert IntervalParams(kind="time", ns=2_500_000).describe() == "every 2.5 ms"
+    assert IntervalParams(kind="time", ns=999_999).describe() == "every 0.999999 ms"
 
 
 def test_parameters_read_back_from_the_metadata_written():
