@@ -302,3 +302,22 @@ def test_an_empty_batch_decodes_to_nothing_and_leaves_the_state_as_it_was():
 def test_c1_is_taken_over_a_tsc_that_moved_by_one_tick():
     out = decode(batch(mperf=[0, 0], tsc=[0, 1]), DecoderState(), 1000.0)
     assert out[F["c0"], 1] == 0.0 and out[F["c1"], 1] == 1.0
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_counters_not_decoded_read_nan_even_where_fresh_memory_holds_numbers(n):
+    """The work arrays start as np.empty: memory numpy hands back from arrays
+    just freed.  Arrays of their size, full of ones, are freed first, so a
+    row left unwritten would read 1 where an undecoded count must read 0."""
+    state = DecoderState(counters=("aperf", "mperf"))
+    ones = [np.full(len(COUNTERS) * n, 1.0) for _ in range(8)]
+    del ones
+    out = decode(batch(aperf=np.arange(n) * 7, mperf=np.arange(n) * 5,
+                       instructions=np.arange(n) * 3, cycles=np.arange(n) * 3), state, 1000.0)
+    assert out[F["d_instructions"]].tolist() == [0.0] * n
+    assert out[F["d_cycles"]].tolist() == [0.0] * n
+    fresh = DecoderState(counters=("aperf", "mperf"))
+    ones = [np.full(len(COUNTERS) * n, 1.0) for _ in range(8)]
+    del ones
+    deltas, _ = fresh.scratch(n)
+    assert np.isnan(deltas[2:]).all()
