@@ -263,3 +263,19 @@ def test_the_default_histograms_are_the_unknown_cpus_and_read_back_from_no_metad
     assert HistogramParams() == HistogramParams.for_model(UNKNOWN)
     assert histogram_params_of({}) == HistogramParams()
     assert histogram_params_of({"histograms": {}}) == HistogramParams()
+
+
+def test_the_default_profile_is_the_one_docs_detectors_md_describes():
+    """The figures docs/detectors.md gives, read from it, against the defaults."""
+    from pathlib import Path
+    text = " ".join((Path(__file__).parents[1] / "docs" / "detectors.md").read_text().split())
+    for phrase in ("(default 100,000,000)", "(100M retired instructions by default)",
+                   "core voltage (32 bins,", "productive frequency (64 bins,",
+                   "1024 entries at each of two resolutions", "ΔAPERF/ΔMPERF, 64 bins",
+                   "ΔMPERF/ΔTSC, 20 bins", "16 KiB regions and 64-byte cache lines"):
+        assert phrase in text
+    assert IntervalParams() == IntervalParams(kind="instructions", instructions=100_000_000)
+    h = HistogramParams()
+    assert (h.voltage_bins, h.pfreq_bins, h.freq_bins, h.c0_bins, h.code_bins) == \
+        (32, 64, 64, 20, 1024)
+    assert (1 << h.code_region_bits, 1 << h.code_line_bits) == (16 * 1024, 64)
