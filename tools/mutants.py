@@ -94,7 +94,7 @@ EXCLUDED_OPERATORS = [
 def copy_tree() -> None:
     """The sources and tests as they are in the checkout, in TREE."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("agent", "tests", "examples", "tools", "kmod"):
+    for name in ("agent", "tests", "examples", "tools", "kmod", "docs"):
         shutil.copytree(ROOT / name, TREE / name, ignore=ignore, symlinks=True)
     for name in ("setup.cfg", "pyproject.toml"):
         shutil.copy2(ROOT / name, TREE / name)
