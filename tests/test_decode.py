@@ -159,8 +159,10 @@ def test_thread_counters_take_deltas_per_thread():
 
 
 def test_voltage_zero_or_missing_is_unknown():
-    out = decode(batch(perf_status=[0, M]), DecoderState(), 1000.0)
+    state = DecoderState()
+    out = decode(batch(perf_status=[0, M]), state, 1000.0)
     assert np.isnan(out[F["voltage_mv"]]).all()
+    assert state.implausible_values() == {}         # unknown, not out of bounds
 
 
 def test_voltages_between_steps_of_1_8192_volt_keep_their_fraction():
