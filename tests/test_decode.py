@@ -323,3 +323,10 @@ def test_counters_not_decoded_read_nan_even_where_fresh_memory_holds_numbers(n):
     del ones
     deltas, _ = fresh.scratch(n)
     assert np.isnan(deltas[2:]).all()
+
+
+def test_c1_takes_out_each_of_c3_c6_and_c7():
+    """(100 − 10 − 5 − 7 − 11) / 100, every term different."""
+    out = decode(batch(mperf=[0, 10], tsc=[0, 100], c3=[0, 5], c6=[0, 7], c7=[0, 11]),
+                 DecoderState(), 1000.0)
+    assert out[F["c1"], 1] == pytest.approx(0.67)
