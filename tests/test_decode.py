@@ -330,3 +330,11 @@ def test_c1_takes_out_each_of_c3_c6_and_c7():
     out = decode(batch(mperf=[0, 10], tsc=[0, 100], c3=[0, 5], c6=[0, 7], c7=[0, 11]),
                  DecoderState(), 1000.0)
     assert out[F["c1"], 1] == pytest.approx(0.67)
+
+
+def test_a_voltage_of_1600_mv_exactly_is_plausible():
+    """hwmon gives whole millivolts: 1600 is the top of the plausible range, 1601 beyond it."""
+    state = DecoderState()
+    out = decode(batch(vcore_mv=[1600, 1601]), state, 1000.0, voltage_from_perf_status=False)
+    assert out[F["voltage_mv"], 0] == 1600.0 and np.isnan(out[F["voltage_mv"], 1])
+    assert state.implausible_values() == {"voltage_mv": 1}
