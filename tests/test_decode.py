@@ -159,8 +159,10 @@ def test_thread_counters_take_deltas_per_thread():
 
 
 def test_voltage_zero_or_missing_is_unknown():
-    out = decode(batch(perf_status=[0, M]), DecoderState(), 1000.0)
+    state = DecoderState()
+    out = decode(batch(perf_status=[0, M]), state, 1000.0)
     assert np.isnan(out[F["voltage_mv"]]).all()
+    assert state.implausible_values() == {}         # unknown, not out of bounds
 
 
 def test_voltages_between_steps_of_1_8192_volt_keep_their_fraction():
@@ -214,3 +216,125 @@ def test_state_is_sized_by_the_ids_seen_not_the_largest():
         out = decode(b, state, 1000.0)
         assert len(state.prev) == 2
         assert np.isnan(out[F["freq_mhz"], :2]).all() and list(out[F["freq_mhz"], 2:]) == [1000.0, 2000.0]
+
+
+def test_a_counter_that_stands_still_moves_by_zero_on_either_path():
+    """APERF still while MPERF moves: the clock is 0 MHz, not unknown, and
+    nothing went backwards; within a batch of one CPU, into its next batch,
+    and in a batch of several CPUs."""
+    state = DecoderState()
+    out = decode(batch(aperf=[10, 10, 10], mperf=[0, 100, 200]), state, 1000.0)
+    assert np.isnan(out[F["freq_mhz"], 0]) and out[F["freq_mhz"], 1:].tolist() == [0.0, 0.0]
+    out = decode(batch(aperf=[10], mperf=[300]), state, 1000.0)
+    assert out[F["freq_mhz"]].tolist() == [0.0]
+    assert state.dropped() == {}
+    several = DecoderState()
+    out = decode(batch(cpu=np.array([0, 1, 0, 1]), aperf=[10, 20, 10, 20], mperf=[0, 0, 100, 100]),
+                 several, 1000.0)
+    assert out[F["freq_mhz"], 2:].tolist() == [0.0, 0.0] and several.dropped() == {}
+
+
+def test_the_last_cpu_of_a_batch_keeps_its_value_whichever_slot_it_has():
+    """CPU 0 (the first slot) ends the batch: the next batch's deltas are
+    taken from its last value."""
+    state = DecoderState()
+    decode(batch(cpu=np.array([1, 0]), aperf=[500, 100], mperf=[50, 1000]), state, 1000.0)
+    out = decode(batch(cpu=np.array([0, 1]), aperf=[150, 520], mperf=[1100, 60]), state, 1000.0)
+    assert out[F["freq_mhz"]].tolist() == [500.0, 2000.0]
+
+
+def test_batches_of_one_cpu_each_keep_to_their_own_cpus_values():
+    state = DecoderState()
+    for cpu, aperf, mperf in ((0, 100, 1000), (1, 5000, 50)):
+        out = decode(batch(cpu=np.array([cpu]), aperf=[aperf], mperf=[mperf]), state, 1000.0)
+        assert np.isnan(out[F["freq_mhz"], 0])
+    out = decode(batch(cpu=np.array([0]), aperf=[150], mperf=[1100]), state, 1000.0)
+    assert out[F["freq_mhz"]].tolist() == [500.0]
+    out = decode(batch(cpu=np.array([1, 1]), aperf=[5300, 5400], mperf=[250, 300]), state, 1000.0)
+    assert out[F["freq_mhz"]].tolist() == [1500.0, 2000.0]
+    assert state.dropped() == {}
+
+
+def test_a_ratio_over_a_denominator_that_did_not_move_is_unknown_not_implausible():
+    """MPERF still while APERF moves, instructions still while cycles move:
+    no clock and no CPI, and nothing counted as implausible."""
+    state = DecoderState()
+    out = decode(batch(aperf=[0, 500], mperf=[70, 70], pperf=[0, 5],
+                       instructions=[9, 9], cycles=[0, 40]), state, 1000.0)
+    assert np.isnan(out[F["freq_mhz"], 1]) and np.isnan(out[F["pfreq_mhz"], 1])
+    assert np.isnan(out[F["cpi"], 1])
+    assert state.implausible_values() == {}
+
+
+def test_a_large_cpi_is_not_taken_for_a_clock():
+    """Only voltage and the two frequencies have plausible bounds: a CPI of
+    20 000 (a thread that waits on memory) is kept."""
+    out = decode(batch(instructions=[0, 1], cycles=[0, 20_000]), DecoderState(), 1000.0)
+    assert out[F["cpi"], 1] == 20_000.0
+
+
+def test_c1_takes_out_the_c_states_that_are_sampled():
+    """C1 = (ΔTSC − ΔMPERF − ΔC3) / ΔTSC where C6 and C7 are not sampled:
+    (100 − 10 − 20) / 100."""
+    out = decode(batch(mperf=[0, 10], tsc=[0, 100], c3=[0, 20]), DecoderState(), 1000.0)
+    assert out[F["c1"], 1] == pytest.approx(0.7) and out[F["c3"], 1] == pytest.approx(0.2)
+    assert np.isnan(out[F["c6"], 1])
+
+
+def test_hwmon_voltage_is_taken_in_millivolts_where_perf_status_is_not_used():
+    """vcore_mv as read (1 mV steps); 0 or MISSING is unknown; perf_status is ignored."""
+    b = batch(vcore_mv=[1100, 0, M, 950], perf_status=[8192 << 32] * 4)
+    state = DecoderState()
+    out = decode(b, state, 1000.0, voltage_from_perf_status=False)
+    assert out[F["voltage_mv"], [0, 3]].tolist() == [1100.0, 950.0]
+    assert np.isnan(out[F["voltage_mv"], [1, 2]]).all()
+    assert state.implausible_values() == {}         # unknown, not out of bounds
+    assert decode(b, DecoderState(), 1000.0)[F["voltage_mv"]].tolist() == [1000.0] * 4
+
+
+def test_an_empty_batch_decodes_to_nothing_and_leaves_the_state_as_it_was():
+    state = DecoderState()
+    decode(batch(cpu=np.array([0, 1]), aperf=[100, 7], mperf=[1000, 70]), state, 1000.0)
+    empty = SampleBatch.empty(("aperf", "mperf"))
+    assert decode(empty, state, 1000.0).shape == (len(F), 0)
+    out = decode(batch(cpu=np.array([1, 0]), aperf=[27, 150], mperf=[80, 1100]), state, 1000.0)
+    assert out[F["freq_mhz"]].tolist() == [2000.0, 500.0]
+
+
+def test_c1_is_taken_over_a_tsc_that_moved_by_one_tick():
+    out = decode(batch(mperf=[0, 0], tsc=[0, 1]), DecoderState(), 1000.0)
+    assert out[F["c0"], 1] == 0.0 and out[F["c1"], 1] == 1.0
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_counters_not_decoded_read_nan_even_where_fresh_memory_holds_numbers(n):
+    """The work arrays start as np.empty: memory numpy hands back from arrays
+    just freed.  Arrays of their size, full of ones, are freed first, so a
+    row left unwritten would read 1 where an undecoded count must read 0."""
+    state = DecoderState(counters=("aperf", "mperf"))
+    ones = [np.full(len(COUNTERS) * n, 1.0) for _ in range(8)]
+    del ones
+    out = decode(batch(aperf=np.arange(n) * 7, mperf=np.arange(n) * 5,
+                       instructions=np.arange(n) * 3, cycles=np.arange(n) * 3), state, 1000.0)
+    assert out[F["d_instructions"]].tolist() == [0.0] * n
+    assert out[F["d_cycles"]].tolist() == [0.0] * n
+    fresh = DecoderState(counters=("aperf", "mperf"))
+    ones = [np.full(len(COUNTERS) * n, 1.0) for _ in range(8)]
+    del ones
+    deltas, _ = fresh.scratch(n)
+    assert np.isnan(deltas[2:]).all()
+
+
+def test_c1_takes_out_each_of_c3_c6_and_c7():
+    """(100 − 10 − 5 − 7 − 11) / 100, every term different."""
+    out = decode(batch(mperf=[0, 10], tsc=[0, 100], c3=[0, 5], c6=[0, 7], c7=[0, 11]),
+                 DecoderState(), 1000.0)
+    assert out[F["c1"], 1] == pytest.approx(0.67)
+
+
+def test_a_voltage_of_1600_mv_exactly_is_plausible():
+    """hwmon gives whole millivolts: 1600 is the top of the plausible range, 1601 beyond it."""
+    state = DecoderState()
+    out = decode(batch(vcore_mv=[1600, 1601]), state, 1000.0, voltage_from_perf_status=False)
+    assert out[F["voltage_mv"], 0] == 1600.0 and np.isnan(out[F["voltage_mv"], 1])
+    assert state.implausible_values() == {"voltage_mv": 1}

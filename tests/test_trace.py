@@ -141,7 +141,7 @@ def test_the_first_bad_id_is_the_earliest_row_of_either_column():
     assert first_bad_id(SampleBatch.empty()) is None
     joined = concat([SampleBatch(ok), SampleBatch(ok), SampleBatch(ok)])
     assert len(joined) == 12 and joined["tid"].tolist() == ok["tid"].tolist() * 3
-    for odd in (2, 1):
+    for odd in (2, 1, 0):
         parts = [SampleBatch(ok)] * 3
         parts[odd] = SampleBatch(one)
         with pytest.raises(BatchError, match="cannot join"):
@@ -159,3 +159,16 @@ def test_a_batch_is_columns_of_one_length_and_names_what_is_wrong():
     assert len(empty) == 0 and set(empty.signals) == {"t_ns", "cpu", "ip"}
     assert id_problem("cpu", 9000) == "column 'cpu': 9000 is not a CPU id (0..8191)"
     assert id_problem("tid", -1) == "column 'tid': -1 is not a thread id (0..4194304)"
+    assert id_problem("pid", 4_194_305) == \
+        "column 'pid': 4194305 is not a process id (0..4194304)"
+
+
+def test_a_process_id_is_checked_from_0_to_pid_max_limit():
+    """0 is the id where perf did not say; 4194304 is PID_MAX_LIMIT."""
+    from phasewatch.core.batch import SampleBatch, first_bad_id
+    base = {"t_ns": np.arange(3, dtype=np.int64), "cpu": np.zeros(3, np.int32)}
+    assert first_bad_id(SampleBatch({**base, "pid": np.array([0, 4_194_304, 7], np.int32)})) \
+        is None
+    for bad in (-1, 4_194_305):
+        pids = np.array([0, 5, bad], np.int32)
+        assert first_bad_id(SampleBatch({**base, "pid": pids})) == (2, "pid", bad)

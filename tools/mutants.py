@@ -45,7 +45,6 @@ TREE = BUILD / f"tree-{os.getpid()}"
 BIN = Path(sys.executable).parent
 
 #: Module (under agent/) -> the test files that check it and run in seconds.
-#: classify.py, detectors.py and params.py are left out of this round;
 #: kernels.py (the choice between compiled kernels and numba's JIT) is
 #: tested by compiling, which mutants run without.
 TESTS = {
@@ -60,7 +59,11 @@ TESTS = {
     "core/cpumodels.py": ["test_collectors_sysfs.py", "test_decode.py"],
     "core/histograms.py": ["test_histograms.py", "test_noise_model.py", "test_code_resolutions.py"],
     "core/reference.py": ["test_pipeline.py", "test_decode.py", "test_synthetic_eight.py"],
-    "core/settings.py": ["test_recorded_settings.py"],
+    "core/settings.py": ["test_settings.py", "test_recorded_settings.py"],
+    "core/detectors.py": ["test_settings.py", "test_pipeline.py"],
+    "core/params.py": ["test_settings.py", "test_classify.py", "test_pipeline.py",
+                       "test_codemap.py"],
+    "core/classify.py": ["test_classify.py", "test_pipeline.py"],
     "report/diff.py": ["test_diff.py"],
     "formats/results.py": ["test_results_format.py"],
     "formats/metadata.py": ["test_robust.py", "test_trace.py"],
@@ -91,7 +94,7 @@ EXCLUDED_OPERATORS = [
 def copy_tree() -> None:
     """The sources and tests as they are in the checkout, in TREE."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("agent", "tests", "examples", "tools", "kmod"):
+    for name in ("agent", "tests", "examples", "tools", "kmod", "docs"):
         shutil.copytree(ROOT / name, TREE / name, ignore=ignore, symlinks=True)
     for name in ("setup.cfg", "pyproject.toml"):
         shutil.copy2(ROOT / name, TREE / name)
@@ -146,7 +149,7 @@ def run_module(module: str) -> None:
     cfg = BUILD / (session(module).stem + ".toml")
     cfg.write_text(config(module, timeout=3 * took + 30))
     db = session(module)
-    if not db.exists():
+    if not db.exists() or db.stat().st_size == 0:    # an empty file is no session
         subprocess.run([str(BIN / "cosmic-ray"), "init", str(cfg), str(db)], cwd=TREE, env=env,
                        check=True)
         subprocess.run([str(BIN / "cr-filter-operators"), str(db), str(cfg)], cwd=TREE, env=env,
