@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from phasewatch.formats.trace import TraceReader
+from phasewatch.formats.tracefiles import open_trace
 
 BIN = Path(sys.executable).parent / "phasewatch"
 SPIN = r"""
@@ -84,7 +84,7 @@ def test_where_nothing_pairs_the_table_says_why(runs):
     said = [line for line in proc.stdout.splitlines() if line.startswith("nothing paired")]
     assert len(said) == 1, proc.stdout
     assert "apart, beyond the threshold 0.200" in said[0] and "--threshold" in said[0], said
-    reader = TraceReader(str(runs / "short.arrow"))
+    reader = open_trace(str(runs / "short.arrow"))     # its side table's mappings too
     mapped = bool(reader.metadata.get("mappings"))
     reader.close()
     unmapped = [line for line in proc.stdout.splitlines() if "recorded no mappings" in line]
