@@ -267,3 +267,45 @@ def test_sampled_ips_of_abab_name_its_phases(abab):
     assert symbolizer.top_functions(last, k=1)[0][0] == "region_a"
     top_share = dict(symbolizer.top_functions(ips, k=10))
     assert top_share["region_a"] > 0.5 and top_share["region_b"] > 0.2
+
+
+def _pyelftools_function_rows(path: str, section_name: str) -> list:
+    """The oracle: the same rows from pyelftools' own symbol objects."""
+    from elftools.elf.elffile import ELFFile
+    ranks = {"STB_GLOBAL": 0, "STB_WEAK": 1, "STB_LOCAL": 2}
+    with open(path, "rb") as stream:
+        table = ELFFile(stream).get_section_by_name(section_name)
+        return sorted((s["st_value"], s["st_size"], ranks.get(s["st_info"]["bind"], 3), s.name)
+                      for s in table.iter_symbols()
+                      if s["st_info"]["type"] == "STT_FUNC" and s["st_value"]
+                      and s["st_shndx"] != "SHN_UNDEF" and s.name)
+
+
+@pytest.mark.parametrize("path, section", [
+    ("abab", ".symtab"), ("/usr/bin/python3.11", ".dynsym"),
+    ("/usr/lib/x86_64-linux-gnu/libc.so.6", ".dynsym"),
+    ("/usr/lib/x86_64-linux-gnu/libstdc++.so.6", ".dynsym")])
+def test_symbol_tables_read_as_arrays_give_pyelftools_rows(abab, path, section):
+    from elftools.elf.elffile import ELFFile
+    from phasewatch.live.elf_symbols import _function_rows
+    path = str(abab) if path == "abab" else path
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is not installed here")
+    expected = _pyelftools_function_rows(path, section)
+    with open(path, "rb") as stream:
+        rows = sorted(_function_rows(ELFFile(stream).get_section_by_name(section)))
+    assert len(rows) > 5
+    assert rows == expected
+
+
+def test_cpp_names_are_demangled_when_looked_up():
+    path = "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is not installed here")
+    symbols = load_symbols(path)
+    mangled = [i for i, name in enumerate(symbols.names) if name.startswith("_ZNSt")]
+    assert mangled
+    names = symbols.function_names(np.array(mangled[:50]))
+    assert all(name.startswith("std::") for name in names)
+    found = symbols.lookup(symbols.starts[mangled[:1]])
+    assert symbols.function_names(found)[0] == names[0]

@@ -206,7 +206,7 @@ class Symbolizer:
         found = symbols.lookup(vaddrs)
         names = np.empty(ips.shape, dtype=object)
         hit = found >= 0
-        names[hit] = symbols.names[found[hit]]
+        names[hit] = symbols.function_names(found[hit])
         names[~hit] = _object_labels(label, vaddrs[~hit], offsets)
         return names
 
