@@ -171,6 +171,30 @@ def paranoid(root: str = "/proc") -> int | None:
         return None
 
 
+#: Capability bits that let a process sample kernel mode at any perf_event_paranoid
+#: (the kernel's perfmon_capable()): CAP_SYS_ADMIN and CAP_PERFMON.
+CAP_SYS_ADMIN, CAP_PERFMON = 21, 38
+
+
+def may_sample_kernel(root: str = "/proc") -> bool:
+    """Whether this process may sample its own children in kernel mode, as
+    the kernel decides it: CAP_PERFMON or CAP_SYS_ADMIN (root's), else
+    perf_event_paranoid 1 or less."""
+    level = paranoid(root)
+    if level is not None and level <= ALLOWED_AT["process"]:
+        return True
+    return bool(_effective_capabilities(root) & (1 << CAP_SYS_ADMIN | 1 << CAP_PERFMON))
+
+
+def _effective_capabilities(root: str) -> int:
+    try:
+        status = Path(root, "self/status").read_text()
+    except OSError:
+        return 0
+    line = next((l for l in status.splitlines() if l.startswith("CapEff:")), "CapEff: 0")
+    return int(line.split()[1], 16)
+
+
 # --- PMUs listed in sysfs --------------------------------------------------
 
 def pmu_type(name: str, root: str = "/sys") -> int | None:

@@ -31,6 +31,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..collectors import msr
+from ..collectors.perf_event import may_sample_kernel
 from ..collectors.registry import CHOICES, open_source
 from ..console import rich_console, warn
 from ..core.batch import ID_RANGES
@@ -64,10 +65,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cpu", type=number(int, 0, ID_RANGES["cpu"][1]), metavar="N",
                         help="pin CMD to CPU N (default: the least loaded CPU)")
     parser.add_argument("--no-pin", action="store_true", help="let CMD run on any CPU")
-    parser.add_argument("--kernel", action="store_true",
-                        help="sample the kernel's code run for CMD too, as perf record does for "
-                             "root (needs root, or perf_event_paranoid 1 or less); without it "
-                             "only user mode is sampled, and the table says so")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--kernel", action="store_true",
+                      help="sample the kernel's code run for CMD too, or fail saying why "
+                           "(needs root, CAP_PERFMON, or perf_event_paranoid 1 or less); by "
+                           "default it is sampled where allowed, as perf record does")
+    mode.add_argument("--user-only", action="store_true",
+                      help="sample user mode only, even where kernel mode may be sampled")
     parser.add_argument("-p", "--pid", type=number(int, 1, ID_RANGES["tid"][1]), metavar="PID",
                         help="watch the running process PID (and its threads and new children) "
                              "instead of starting CMD, until it ends or Ctrl-C, as perf's -p")
@@ -129,7 +133,7 @@ def run(args) -> int:
         source = open_source(args.source, pid=child.pid,
                              cpus=[child.cpu] if child.cpu is not None else None,
                              msr_path=args.msr_path, rate_hz=args.freq,
-                             enable_on_exec=True, include_kernel=args.kernel, task_records=True,
+                             enable_on_exec=True, include_kernel=kernel_mode(args), task_records=True,
                              **latency_options(args))
         try:
             return watch(args, settings, child, source, relay)
@@ -147,9 +151,18 @@ def attach(args) -> int:
     target = Attached(args.pid)
     settings = check_arguments(args, target.path)
     source = open_source(args.source, pid=target.pid, cpus=None, msr_path=args.msr_path,
-                         rate_hz=args.freq, enable_on_exec=False, include_kernel=args.kernel,
+                         rate_hz=args.freq, enable_on_exec=False, include_kernel=kernel_mode(args),
                          task_records=True, **latency_options(args))
     return watch(args, settings, target, source)
+
+
+def kernel_mode(args) -> bool:
+    """Whether kernel mode is sampled: as perf record decides, where this user
+    may (root, CAP_PERFMON, perf_event_paranoid 1 or less), unless --user-only;
+    --kernel asks for it, and the source says why not where it is refused."""
+    if args.kernel or args.user_only:
+        return args.kernel
+    return may_sample_kernel()
 
 
 def latency_options(args) -> dict:

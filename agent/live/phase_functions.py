@@ -20,6 +20,7 @@ from collections import Counter
 
 import numpy as np
 
+from ..core.batch import KERNEL_START, MISSING
 from ..core.distinct import distinct
 from ..core.pipeline import Intervals
 from ..core.source import Sink
@@ -44,6 +45,7 @@ class PhaseFunctions(Sink):
         self._raw_tids: dict[int, list[np.ndarray]] = {}
         self._raw_n: dict[int, int] = {}
         self._names: dict[int, Counter] = {}
+        self._ips: dict[int, list[int]] = {}       # phase -> [samples with an IP, in kernel mode]
 
     def batch(self, batch) -> None:
         """A batch about to be fed: its IPs wait for their intervals, with
@@ -86,15 +88,24 @@ class PhaseFunctions(Sink):
         ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:k]
         return [(name, n / total) for name, n in ranked]
 
+    def kernel_share(self, phase: int) -> float | None:
+        """The share of the phase's samples taken in kernel mode (None: no IPs)."""
+        taken, kernel = self._ips.get(phase, (0, 0))
+        return kernel / taken if taken else None
+
     def forget(self, phases) -> None:
         """Drop what is kept of these phases (the daemon's, once named or retired)."""
         for phase in phases:
-            for kept in (self._raw, self._raw_tids, self._raw_n, self._names):
+            for kept in (self._raw, self._raw_tids, self._raw_n, self._names, self._ips):
                 kept.pop(phase, None)
 
     def _keep(self, phase: int, ips: np.ndarray, tids: np.ndarray | None) -> None:
         if len(ips) == 0:
             return
+        counts = self._ips.setdefault(phase, [0, 0])
+        placed = ips != MISSING
+        counts[0] += int(np.count_nonzero(placed))
+        counts[1] += int(np.count_nonzero(placed & (ips >= KERNEL_START)))
         self._raw.setdefault(phase, []).append(ips)
         if tids is not None:
             self._raw_tids.setdefault(phase, []).append(tids)

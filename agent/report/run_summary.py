@@ -20,6 +20,8 @@ def run_json(result) -> dict:
         row["name"] = result.names.get(row["phase"])
         top = result.functions.top(row["phase"], TOP_FUNCTIONS)
         row["top_functions"] = [{"name": name, "share": share} for name, share in top]
+        row["kernel_share"] = (result.functions.kernel_share(row["phase"])
+                               if result.info.get("kernel_sampled") else None)
         row.update(result.energy.get(row["phase"], {}) if result.energy is not None else {})
     out["prediction"] = result.prediction
     return finite(out)
@@ -31,6 +33,8 @@ def run_lines(result, width: int | None = None) -> list:
     info, stats, summary = result.info, result.stats, result.summary
     tops = [result.functions.top(row["phase"], TOP_FUNCTIONS) for row in summary.table()]
     energy_columns = energy_cells(summary, result.energy) if result.energy is not None else {}
+    if info.get("kernel_sampled"):
+        energy_columns = {"kernel": kernel_cells(summary, result.functions), **energy_columns}
     end = f"exit status {info['exit_status']}"
     if info["interrupted"]:
         end = "interrupted, " + end
@@ -55,6 +59,12 @@ def run_lines(result, width: int | None = None) -> list:
     if info["trace"]:
         lines.append(f"trace: {info['trace']}")
     return lines
+
+
+def kernel_cells(summary, functions) -> list[str]:
+    """Each phase's share of samples in kernel mode."""
+    shares = [functions.kernel_share(row["phase"]) for row in summary.table()]
+    return ["-" if share is None else f"{100 * share:.0f} %" for share in shares]
 
 
 def energy_cells(summary, energy: dict) -> dict[str, list[str]]:
