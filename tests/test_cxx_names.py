@@ -70,7 +70,11 @@ def test_cxx_phase_table_fits_80_columns(watched):
     for k, name in enumerate(header):
         assert any(row[k] != ["-"] for row in rows), f"the column {name} is all dashes:\n{text}"
     functions = " ".join(" ".join(row[-1]) for row in rows)
-    assert "Accumulator<>::fold" in functions and "Mixer<>::mix" in functions, text
+    # shortened as perf report shortens them, and further where the kernel
+    # column (a loaded host's scheduler time) takes width
+    assert "<>::fold" in functions or "…::fold" in functions, text
+    assert "<>::mix" in functions or "…::mix" in functions, text
+    assert "<" not in functions.replace("<>", ""), text
     assert "std::allocator" not in text and "(std::vector" not in text, text
 
 

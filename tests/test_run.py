@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -243,20 +244,22 @@ def test_kernel_time_is_sampled_where_allowed_and_said_to_be_left_out_with_user_
     assert shares >= kernel - 0.01 * intervals, summary["phases"]    # top three only, beside all
     if kallsyms.running_kernel() is not None:       # named as perf report names it
         assert "[k] read_zero" in names, names
+    proc = phasewatch("run", "--no-catalog", *dd)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"┃ kernel ┃", proc.stderr) and re.search(r"│ 9\d %", proc.stderr), proc.stderr
     proc = phasewatch("run", "--no-catalog", "--user-only", *dd)
     assert proc.returncode == 0, proc.stderr
     assert "source: perf, user mode only;" in proc.stderr
     assert "[kernel]" not in proc.stderr and "[k] " not in proc.stderr
 
 
-def test_a_cpu_bound_program_has_little_kernel_time_and_a_kernel_column(tmp_path, abab):
-    """The kernel column is each phase's share of samples in kernel mode:
-    near none for abab, which only computes."""
+def test_a_cpu_bound_program_spends_a_small_share_in_the_kernel(tmp_path, abab):
+    """kernel_share is each phase's share of samples in kernel mode: small
+    for abab, which only computes (interrupts and, on a loaded host, the
+    scheduler)."""
     if os.geteuid() != 0 and int(Path("/proc/sys/kernel/perf_event_paranoid").read_text()) > 1:
         pytest.skip("sampling kernel mode needs root or perf_event_paranoid 1 or less")
     proc = phasewatch("run", "--no-catalog", "--json", tmp_path / "a.json", "--", abab, "0.5")
     assert proc.returncode == 0, proc.stderr
     phases = json.loads((tmp_path / "a.json").read_text())["phases"]
-    assert phases and all(0 <= row["kernel_share"] < 0.2 for row in phases), phases
-    proc = phasewatch("run", "--no-catalog", "--", abab, "0.5")
-    assert "user and kernel mode" in proc.stderr and " kernel " in proc.stderr, proc.stderr
+    assert phases and all(0 <= row["kernel_share"] < 0.5 for row in phases), phases
