@@ -136,7 +136,7 @@ def test_predictions_are_well_formed(seq):
             assert s == predict.UNKNOWN
             continue
         seen.add(x)
-        assert s == p.outlook._at(p.length)     # kept along its span: as computed afresh
+        assert s == p.outlook._at(p.length)[0]  # kept along its span: as computed afresh
         assert s.next_phase == x or s.next_phase == s.after_change
         assert s.after_change == NONE or (s.after_change in seen and s.after_change != x)
         assert s.remaining >= 0

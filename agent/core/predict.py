@@ -41,7 +41,8 @@ context and its name as successor).
 
 from __future__ import annotations
 
-from bisect import bisect_left
+import functools
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
@@ -112,36 +113,76 @@ class Predictions:
         seconds are the remaining intervals times ``seconds_each`` (each
         interval's own duration)."""
         table = np.asarray(rows, np.float64).reshape(len(rows), len(Prediction._fields))
+        return cls._of_table(table, seconds_each)
+
+    @classmethod
+    def of_spans(cls, spans: list, seconds_each) -> "Predictions":
+        """Columns from :data:`Span` s (:meth:`PhasePredictor.observe_spans`)."""
+        return cls._of_table(cls.rows_of(spans), seconds_each)
+
+    @staticmethod
+    def rows_of(spans: list) -> np.ndarray:
+        """The per-interval rows of :class:`Prediction`'s fields that
+        :data:`Span` s stand for."""
+        table = np.array(spans, np.float64).reshape(len(spans), 8)
+        takes = table[:, 0].astype(np.int64)
+        rows = np.repeat(table[:, (1, 2, 3, 5, 6, 7)], takes, axis=0)
+        if len(spans) > 1 or table[0, 4]:
+            steps = np.repeat(table[:, 4], takes)
+            starts = np.repeat(np.cumsum(takes) - takes, takes)
+            rows[:, 2] += steps * (np.arange(len(rows)) - starts)
+        return rows
+
+    @classmethod
+    def _of_table(cls, table: np.ndarray, seconds_each) -> "Predictions":
         remaining = table[:, 2].astype(np.int64)
         remaining_s = np.where(remaining >= 0, remaining * seconds_each, np.nan)
         return cls(table[:, 0].astype(np.int64), table[:, 1].astype(np.int64), remaining,
                    remaining_s, table[:, 3], table[:, 4], table[:, 5])
 
 
+#: A stretch of intervals of one run whose predictions differ only in the
+#: remaining length: (intervals, next phase, phase after the change, remaining
+#: intervals after the first, step of the remaining per interval, the three
+#: confidences).
+Span = tuple
+
+
 class _Runs:
     """The (length, successor) pairs of one phase in one context, the last
     :data:`KEPT`, and the same sorted by length for the look-ups."""
 
-    __slots__ = ("pairs", "lengths", "successors")
+    __slots__ = ("pairs", "ordered", "lengths", "successors")
 
     def __init__(self):
         self.pairs: deque[tuple[int, int]] = deque(maxlen=KEPT)
+        self.ordered: list[tuple[int, int]] = []      # the pairs sorted
         self.lengths: list[int] = []
         self.successors: list[int] = []
 
     def add(self, length: int, successor: int) -> None:
-        self.pairs.append((length, successor))
-        self._sort()
+        if len(self.pairs) == KEPT:
+            self._remove(self.pairs[0])
+        pair = (length, successor)
+        self.pairs.append(pair)
+        at = bisect_right(self.ordered, pair)
+        self.ordered.insert(at, pair)
+        self.lengths.insert(at, length)
+        self.successors.insert(at, successor)
 
     def drop_successor(self, phase: int) -> None:
         """A retired successor is unknown from now on; the lengths stay."""
         self.pairs = deque(((n, NONE if s == phase else s) for n, s in self.pairs), maxlen=KEPT)
         self._sort()
 
+    def _remove(self, pair: tuple[int, int]) -> None:
+        at = bisect_left(self.ordered, pair)
+        del self.ordered[at], self.lengths[at], self.successors[at]
+
     def _sort(self) -> None:
-        ordered = sorted(self.pairs)
-        self.lengths = [n for n, _ in ordered]
-        self.successors = [s for _, s in ordered]
+        self.ordered = sorted(self.pairs)
+        self.lengths = [n for n, _ in self.ordered]
+        self.successors = [s for _, s in self.ordered]
 
 
 class _Outlook:
@@ -154,8 +195,7 @@ class _Outlook:
     which count down (beyond every length: up, as long again).  So each
     prediction is kept with the span of ``n`` it holds for."""
 
-    __slots__ = ("phase", "levels", "back", "successors", "alike", "horizon", "stops",
-                 "span", "kept")
+    __slots__ = ("phase", "levels", "back", "successors", "alike", "horizon", "span", "kept")
 
     def __init__(self, phase: int, levels: list[_Runs], back: int):
         self.phase = phase
@@ -163,8 +203,7 @@ class _Outlook:
         self.back = back              # the phase of the run before (NONE: none)
         self.successors: dict[tuple[int, int], tuple[int, float]] = {}
         self.alike: dict[tuple[int, int], tuple[int, int, int, int, float]] = {}
-        self.stops = sorted({length for runs in levels for length in runs.lengths})
-        self.horizon = self.stops[-1] if self.stops else 0
+        self.horizon = max((runs.lengths[-1] for runs in levels if runs.lengths), default=0)
         self.span = (1, 0)            # the n the kept prediction holds for (none yet)
         self.kept: tuple = ()         # (prediction, remaining at n = 0, +1 or -1 per n)
 
@@ -173,16 +212,26 @@ class _Outlook:
         if lo <= n <= hi:
             p, base, step = self.kept
             return Prediction(p[0], p[1], base + step * n, p[3], p[4], p[5])
-        p = self._at(n)
-        if n > self.horizon:
-            self.span, self.kept = (n, 1 << 62), (p, 0, 1)
-        else:
-            after = bisect_left(self.stops, n)
-            hi = n if self.stops[after] == n else self.stops[after] - 1
-            self.span, self.kept = (n, hi), (p, p.remaining + n, -1)
+        p, step = self._at(n)
+        hi = (1 << 62) if n > self.horizon else self._stop(n)
+        self.span, self.kept = (n, hi), (p, p.remaining - step * n, step)
         return p
 
-    def _at(self, n: int) -> Prediction:
+    def _stop(self, n: int) -> int:
+        """The last n before the runs alike change (n <= the horizon): n
+        itself where a run lasted exactly n, else the next length less one."""
+        stop = self.horizon
+        for runs in self.levels:
+            lengths = runs.lengths
+            at = bisect_left(lengths, n)
+            if at < len(lengths) and lengths[at] < stop + 1:
+                stop = lengths[at] - 1
+                if lengths[at] == n:
+                    return n
+        return stop
+
+    def _at(self, n: int) -> tuple[Prediction, int]:
+        """The prediction at ``n``, and how its remaining length moves with n."""
         after, share = self._successor(n)
         if n <= self.horizon:
             last = len(self.levels) - 1
@@ -190,9 +239,10 @@ class _Outlook:
                 first = bisect_left(runs.lengths, n)
                 alike = len(runs.lengths) - first
                 if alike >= SUPPORT or (alike and level == last):
-                    return self._from(level, runs, first, n, after, share)
-        # Nothing lasted this long: as long again as it has lasted, unsure.
-        return Prediction(self.phase, after, n, 1.0, share, 0.0)
+                    return self._from(level, runs, first, n, after, share), -1
+        # Nothing (or too little) lasted this long: as long again as it has
+        # lasted, unsure.
+        return Prediction(self.phase, after, n, 1.0, share, 0.0), 1
 
     def _successor(self, n: int) -> tuple[int, float]:
         for level, runs in enumerate(self.levels):
@@ -211,7 +261,7 @@ class _Outlook:
               share: float) -> Prediction:
         found = self.alike.get((level, first))
         if found is None:
-            found = self.alike[level, first] = _alike(runs.lengths[first:])
+            found = self.alike[level, first] = _alike(runs.lengths, first)
         alike, shortest, shortest_count, median, near = found
         hazard = shortest_count / alike if shortest == n else 0.0
         if alike >= SUPPORT and hazard > CHANGE_SHARE and after != NONE:
@@ -221,13 +271,17 @@ class _Outlook:
         return Prediction(next_phase, after, median - n, confidence, share, near)
 
 
-def _alike(lengths: list[int]) -> tuple[int, int, int, int, float]:
-    """Of the lengths of the runs alike (sorted): how many, the shortest and
-    how many have it, the (lower) median, and the share within
-    :data:`TOLERANCE` of the median."""
-    median = lengths[(len(lengths) - 1) // 2]
-    near = sum(1 for length in lengths if abs(length - median) <= TOLERANCE * median)
-    return len(lengths), lengths[0], lengths.count(lengths[0]), median, near / len(lengths)
+def _alike(lengths: list[int], first: int) -> tuple[int, int, int, int, float]:
+    """Of the lengths of the runs alike (``lengths[first:]``, sorted): how
+    many, the shortest and how many have it, the (lower) median, and the
+    share within :data:`TOLERANCE` of the median."""
+    alike = len(lengths) - first
+    median = lengths[first + (alike - 1) // 2]
+    within = int(TOLERANCE * median)    # an integer distance d is within where d <= within
+    near = (bisect_right(lengths, median + within, first)
+            - bisect_left(lengths, median - within, first))
+    shortest = lengths[first]
+    return alike, shortest, bisect_right(lengths, shortest, first) - first, median, near / alike
 
 
 def _most_frequent(successors: list[int], phase: int) -> tuple[int, float]:
@@ -270,25 +324,29 @@ class PhasePredictor:
 
     def observe_run(self, phase: int, count: int) -> np.ndarray:
         """``count`` intervals of ``phase`` in a row: what :meth:`observe`
-        says after each, as rows of :class:`Prediction`'s fields, a span of
-        run lengths at a time (the work is per span, not per interval)."""
-        out = np.empty((count, len(Prediction._fields)))
+        says after each, as rows of :class:`Prediction`'s fields."""
+        spans: list[tuple] = []
+        self.observe_spans(phase, count, spans)
+        return Predictions.rows_of(spans)
+
+    def observe_spans(self, phase: int, count: int, spans: list) -> None:
+        """``count`` intervals of ``phase`` in a row, told in spans: appends
+        to ``spans`` one :data:`Span` per stretch of intervals whose
+        predictions differ only in the remaining length (which moves by a
+        step of -1, 0 or +1 an interval).  The work is per span, not per
+        interval: a span ends only where the run passes a length seen before."""
         if phase < 0:
-            out[:] = UNKNOWN
-            return out
+            spans.append((count, *UNKNOWN[:2], UNKNOWN[2], 0, *UNKNOWN[3:]))
+            return
         done = 0
         while done < count:
             p = self.observe(phase)
-            lo, hi = self.outlook.span
+            hi = self.outlook.span[1]
             take = min(count - done, hi - self.length + 1)
-            out[done:done + take] = p
-            if take > 1:
-                _, base, step = self.outlook.kept
-                ahead = np.arange(self.length, self.length + take)
-                out[done:done + take, 2] = base + step * ahead
-                self.length += take - 1
+            step = self.outlook.kept[2]
+            spans.append((take, p[0], p[1], p[2], step, p[3], p[4], p[5]))
+            self.length += take - 1
             done += take
-        return out
 
     def forget(self, phase: int) -> None:
         """The phase is retired: drop what is kept of it and of its runs as
@@ -383,9 +441,10 @@ class PhasePredictor:
         return _Outlook(phase, levels, self.before[-1] if self.before else NONE)
 
     @staticmethod
-    def _keys(before: tuple[int, ...]) -> list[tuple[int, ...]]:
+    @functools.lru_cache(maxsize=1024)
+    def _keys(before: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         """The contexts of a run, the most specific first."""
-        return [before[len(before) - k:] if k else () for k in range(len(before), -1, -1)]
+        return tuple(before[len(before) - k:] if k else () for k in range(len(before), -1, -1))
 
     def _contexts(self, phase: int) -> OrderedDict[tuple[int, ...], _Runs]:
         contexts = self.memory.get(phase)

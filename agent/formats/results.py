@@ -96,9 +96,17 @@ def _prediction_columns(iv: Intervals, number, nothing: str) -> list[list[str]]:
         at = np.where(known, np.rint(column * 10 ** CONFIDENCE_PLACES), -1).astype(np.int64)
         return [text[k] if k >= 0 else nothing for k in at.tolist()]
     return [ids(pr.next_phase), ids(pr.after_change), ids(pr.remaining),
-            [number(x) for x in pr.remaining_s.tolist()],
+            _numbers(pr.remaining_s, number),
             confidences(pr.confidence_next), confidences(pr.confidence_after_change),
             confidences(pr.confidence_remaining)]
+
+
+def _numbers(column: np.ndarray, number) -> list[str]:
+    """``number`` of each value; where all are finite, what it gives them
+    without a call each (a number rounded to 6 places, as Python writes it)."""
+    if np.isfinite(column).all():
+        return [repr(round(x, 6)) for x in column.tolist()]
+    return [number(x) for x in column.tolist()]
 
 
 @functools.cache
