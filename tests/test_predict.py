@@ -284,3 +284,12 @@ def test_a_run_at_a_time_says_what_an_interval_at_a_time_says(pairs):
     for phase, count in pairs:
         each = [one.observe(phase) for _ in range(count)]
         np.testing.assert_array_equal(many.observe_run(phase, count), np.array(each, np.float64))
+
+
+def test_a_phase_never_seen_to_end_lasts_as_the_streams_recent_runs_did():
+    said = predictions(runs((A, 10), (B, 12), (C, 3)))
+    first_run_of_b, c_at_3 = said[11], said[-1]
+    assert first_run_of_b.remaining == 2        # one run before: as long again as it lasted
+    assert c_at_3.remaining == 10 - 3           # the lower median of 10 and 12, less the 3 gone
+    assert c_at_3.confidence_remaining == 0.0   # a guess from other phases: nothing foreseen
+    assert said[-1].next_phase == C

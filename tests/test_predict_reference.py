@@ -24,6 +24,7 @@ class ReferencePredictor:
         self.max_phases = max_phases
         self.phase, self.length, self.before = NONE, 0, ()
         self.memory: OrderedDict = OrderedDict()     # phase -> context -> deque of (length, successor)
+        self.lately = deque(maxlen=predict.KEPT)     # the last runs' lengths, any phase
 
     def observe(self, phase: int) -> tuple:
         if phase < 0:
@@ -47,6 +48,7 @@ class ReferencePredictor:
                 kept.move_to_end(context)
             while len(kept) > predict.CONTEXTS:
                 kept.popitem(last=False)
+            self.lately.append(self.length)
             self.before = (self.before + (ended,))[-predict.ORDER:]
         self.phase, self.length = phase, 1
         self.memory.setdefault(phase, OrderedDict())
@@ -65,6 +67,9 @@ class ReferencePredictor:
                 last = level == len(levels) - 1
                 if len(lengths) >= predict.SUPPORT or (lengths and last):
                     return self.from_lengths(phase, n, lengths, after, share)
+        lasted = sorted(length for length in self.lately if length >= n)
+        if len(lasted) >= predict.SUPPORT:
+            return (phase, after, lasted[(len(lasted) - 1) // 2] - n, 1.0, share, 0.0)
         return (phase, after, n, 1.0, share, 0.0)
 
     def successor(self, phase: int, n: int, levels: list) -> tuple[int, float]:

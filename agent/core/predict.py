@@ -65,6 +65,10 @@ TOLERANCE = 0.3
 #: The confidence in a return to the phase before, where the phase's own
 #: runs name no successor.
 RETURN_GUESS = 0.5
+#: Where a phase's own runs say nothing of how long it lasts, the remaining
+#: length is the median of what remains of the stream's recent runs of any
+#: phase that lasted as long (1), or as long again as it has lasted (0).
+PRIOR = 1
 #: Phases kept by default (the classifier's own default bound).
 MAX_PHASES = 256
 #: The form of :meth:`PhasePredictor.memory_dict`.
@@ -195,15 +199,18 @@ class _Outlook:
     which count down (beyond every length: up, as long again).  So each
     prediction is kept with the span of ``n`` it holds for."""
 
-    __slots__ = ("phase", "levels", "back", "successors", "alike", "horizon", "span", "kept")
+    __slots__ = ("phase", "levels", "back", "prior", "successors", "alike", "horizon", "span",
+                 "kept")
 
-    def __init__(self, phase: int, levels: list[_Runs], back: int):
+    def __init__(self, phase: int, levels: list[_Runs], back: int, prior: _Runs | None = None):
         self.phase = phase
         self.levels = levels
         self.back = back              # the phase of the run before (NONE: none)
+        self.prior = prior            # the stream's recent runs, any phase (None: not used)
         self.successors: dict[tuple[int, int], tuple[int, float]] = {}
         self.alike: dict[tuple[int, int], tuple[int, int, int, int, float]] = {}
-        self.horizon = max((runs.lengths[-1] for runs in levels if runs.lengths), default=0)
+        every = levels if prior is None else [*levels, prior]
+        self.horizon = max((runs.lengths[-1] for runs in every if runs.lengths), default=0)
         self.span = (1, 0)            # the n the kept prediction holds for (none yet)
         self.kept: tuple = ()         # (prediction, remaining at n = 0, +1 or -1 per n)
 
@@ -221,7 +228,7 @@ class _Outlook:
         """The last n before the runs alike change (n <= the horizon): n
         itself where a run lasted exactly n, else the next length less one."""
         stop = self.horizon
-        for runs in self.levels:
+        for runs in self.levels if self.prior is None else [*self.levels, self.prior]:
             lengths = runs.lengths
             at = bisect_left(lengths, n)
             if at < len(lengths) and lengths[at] < stop + 1:
@@ -240,8 +247,14 @@ class _Outlook:
                 alike = len(runs.lengths) - first
                 if alike >= SUPPORT or (alike and level == last):
                     return self._from(level, runs, first, n, after, share), -1
-        # Nothing (or too little) lasted this long: as long again as it has
-        # lasted, unsure.
+        # Nothing (or too little) of this phase lasted this long: what
+        # remained of the stream's recent runs that lasted as long, else as
+        # long again as it has lasted; unsure either way.
+        if self.prior is not None:
+            first = bisect_left(self.prior.lengths, n)
+            if len(self.prior.lengths) - first >= SUPPORT:
+                median = _alike(self.prior.lengths, first)[3]
+                return Prediction(self.phase, after, median - n, 1.0, share, 0.0), -1
         return Prediction(self.phase, after, n, 1.0, share, 0.0), 1
 
     def _successor(self, n: int) -> tuple[int, float]:
@@ -310,6 +323,7 @@ class PhasePredictor:
         self.length = 0             # intervals in the current run so far
         self.before: tuple[int, ...] = ()      # the phases of the runs before, latest last
         self.memory: OrderedDict[int, OrderedDict[tuple[int, ...], _Runs]] = OrderedDict()
+        self.lately = _Runs()       # the stream's last runs, any phase (their lengths)
         self.outlook: _Outlook | None = None
 
     def observe(self, phase: int) -> Prediction:
@@ -430,6 +444,7 @@ class PhasePredictor:
                 contexts.move_to_end(context)
             while len(contexts) > CONTEXTS:
                 contexts.popitem(last=False)
+            self.lately.add(self.length, NONE)
             self.before = (self.before + (self.phase,))[len(self.before) + 1 - ORDER:]
         self.phase, self.length = phase, 1
         self._seen(phase)
@@ -438,7 +453,8 @@ class PhasePredictor:
     def _outlook(self, phase: int) -> _Outlook:
         contexts = self.memory.get(phase, {})
         levels = [contexts[c] for c in self._keys(self.before) if c in contexts]
-        return _Outlook(phase, levels, self.before[-1] if self.before else NONE)
+        return _Outlook(phase, levels, self.before[-1] if self.before else NONE,
+                        self.lately if PRIOR else None)
 
     @staticmethod
     @functools.lru_cache(maxsize=1024)
