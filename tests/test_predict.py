@@ -265,7 +265,7 @@ def test_seeding_keeps_only_the_phases_still_known():
     assert set(p.memory) == {A, C}
     assert all(B not in context for contexts in p.memory.values() for context in contexts)
     assert all(s != B for contexts in p.memory.values() for runs_ in contexts.values()
-               for s in runs_.successors)
+               for _, s in runs_.pairs)
 
 
 @pytest.mark.parametrize("memory", [{}, {"version": 99, "phases": []},

@@ -154,39 +154,37 @@ Span = tuple
 
 class _Runs:
     """The (length, successor) pairs of one phase in one context, the last
-    :data:`KEPT`, and the same sorted by length for the look-ups."""
+    :data:`KEPT`, and the same sorted (and their lengths) for the look-ups."""
 
-    __slots__ = ("pairs", "ordered", "lengths", "successors")
+    __slots__ = ("pairs", "ordered", "lengths")
 
     def __init__(self):
         self.pairs: deque[tuple[int, int]] = deque(maxlen=KEPT)
         self.ordered: list[tuple[int, int]] = []      # the pairs sorted
         self.lengths: list[int] = []
-        self.successors: list[int] = []
 
     def add(self, length: int, successor: int) -> None:
         if len(self.pairs) == KEPT:
-            self._remove(self.pairs[0])
+            at = bisect_left(self.ordered, self.pairs[0])
+            del self.ordered[at], self.lengths[at]
         pair = (length, successor)
         self.pairs.append(pair)
         at = bisect_right(self.ordered, pair)
         self.ordered.insert(at, pair)
         self.lengths.insert(at, length)
-        self.successors.insert(at, successor)
+
+    def names(self, phase: int) -> bool:
+        """Whether ``phase`` is the successor of one of the runs."""
+        return any(s == phase for _, s in self.pairs)
 
     def drop_successor(self, phase: int) -> None:
         """A retired successor is unknown from now on; the lengths stay."""
         self.pairs = deque(((n, NONE if s == phase else s) for n, s in self.pairs), maxlen=KEPT)
         self._sort()
 
-    def _remove(self, pair: tuple[int, int]) -> None:
-        at = bisect_left(self.ordered, pair)
-        del self.ordered[at], self.lengths[at], self.successors[at]
-
     def _sort(self) -> None:
         self.ordered = sorted(self.pairs)
         self.lengths = [n for n, _ in self.ordered]
-        self.successors = [s for _, s in self.ordered]
 
 
 class _Outlook:
@@ -196,49 +194,56 @@ class _Outlook:
 
     The runs alike change only where ``n`` passes a length: between two
     lengths the prediction is the same but for the remaining intervals,
-    which count down (beyond every length: up, as long again).  So each
-    prediction is kept with the span of ``n`` it holds for."""
+    which count down (beyond every length, or where too few of the phase's
+    own runs lasted n: up, as long again).  So each prediction is kept with
+    the span of ``n`` it holds for."""
 
-    __slots__ = ("phase", "levels", "back", "prior", "successors", "alike", "horizon", "span",
-                 "kept")
+    __slots__ = ("phase", "levels", "back", "prior", "cache", "horizon", "span", "kept")
 
     def __init__(self, phase: int, levels: list[_Runs], back: int, prior: _Runs | None = None):
         self.phase = phase
         self.levels = levels
         self.back = back              # the phase of the run before (NONE: none)
         self.prior = prior            # the stream's recent runs, any phase (None: not used)
-        self.successors: dict[tuple[int, int], tuple[int, float]] = {}
-        self.alike: dict[tuple[int, int], tuple[int, int, int, int, float]] = {}
-        every = levels if prior is None else [*levels, prior]
-        self.horizon = max((runs.lengths[-1] for runs in every if runs.lengths), default=0)
+        self.cache: dict[tuple[int, int, bool], tuple] = {}
+        self.horizon = max((runs.lengths[-1] for runs in levels if runs.lengths), default=0)
         self.span = (1, 0)            # the n the kept prediction holds for (none yet)
-        self.kept: tuple = ()         # (prediction, remaining at n = 0, +1 or -1 per n)
+        self.kept: tuple = ()         # (prediction's fields, remaining at n = 0, step per n)
 
     def at(self, n: int) -> Prediction:
+        p, base, step = self.kept_at(n)
+        return Prediction(p[0], p[1], base + step * n, p[3], p[4], p[5])
+
+    def kept_at(self, n: int) -> tuple[tuple, int, int]:
+        """The prediction's fields for a run of ``n`` intervals so far (the
+        remaining length the kept one's: ``base + step * n``); :attr:`span`
+        the n it holds for."""
         lo, hi = self.span
         if lo <= n <= hi:
-            p, base, step = self.kept
-            return Prediction(p[0], p[1], base + step * n, p[3], p[4], p[5])
+            return self.kept
         p, step = self._at(n)
-        hi = (1 << 62) if n > self.horizon else self._stop(n)
-        self.span, self.kept = (n, hi), (p, p.remaining - step * n, step)
-        return p
+        self.span = (n, self._stop(n, self.levels if step > 0 or p[5] or self.prior is None
+                                   else [*self.levels, self.prior]))
+        self.kept = (p, p[2] - step * n, step)
+        return self.kept
 
-    def _stop(self, n: int) -> int:
-        """The last n before the runs alike change (n <= the horizon): n
-        itself where a run lasted exactly n, else the next length less one."""
-        stop = self.horizon
-        for runs in self.levels if self.prior is None else [*self.levels, self.prior]:
+    def _stop(self, n: int, every: list[_Runs]) -> int:
+        """The last n before the runs alike in ``every`` change: n itself
+        where a run lasted exactly n, else the next length less one (none:
+        never)."""
+        stop = 1 << 62
+        for runs in every:
             lengths = runs.lengths
             at = bisect_left(lengths, n)
-            if at < len(lengths) and lengths[at] < stop + 1:
-                stop = lengths[at] - 1
+            if at < len(lengths) and lengths[at] <= stop:
                 if lengths[at] == n:
                     return n
+                stop = lengths[at] - 1
         return stop
 
-    def _at(self, n: int) -> tuple[Prediction, int]:
-        """The prediction at ``n``, and how its remaining length moves with n."""
+    def _at(self, n: int) -> tuple[tuple, int]:
+        """The prediction's fields at ``n``, and how its remaining length
+        moves with n."""
         after, share = self._successor(n)
         if n <= self.horizon:
             last = len(self.levels) - 1
@@ -247,41 +252,42 @@ class _Outlook:
                 alike = len(runs.lengths) - first
                 if alike >= SUPPORT or (alike and level == last):
                     return self._from(level, runs, first, n, after, share), -1
-        # Nothing (or too little) of this phase lasted this long: what
-        # remained of the stream's recent runs that lasted as long, else as
-        # long again as it has lasted; unsure either way.
+        # Too little of this phase lasted this long: what remained of the
+        # stream's recent runs that lasted as long (the prediction with no
+        # confidence at all that counts down), else as long again as it has
+        # lasted.  Neither comes back once it has gone: the runs that lasted
+        # n only grow fewer as n grows.
         if self.prior is not None:
-            first = bisect_left(self.prior.lengths, n)
-            if len(self.prior.lengths) - first >= SUPPORT:
-                median = _alike(self.prior.lengths, first)[3]
-                return Prediction(self.phase, after, median - n, 1.0, share, 0.0), -1
-        return Prediction(self.phase, after, n, 1.0, share, 0.0), 1
+            lengths = self.prior.lengths
+            first = bisect_left(lengths, n)
+            if len(lengths) - first >= SUPPORT:
+                median = lengths[first + (len(lengths) - first - 1) // 2]
+                return (self.phase, after, median - n, 1.0, share, 0.0), -1
+        return (self.phase, after, n, 1.0, share, 0.0), 1
 
     def _successor(self, n: int) -> tuple[int, float]:
         for level, runs in enumerate(self.levels):
             first = bisect_left(runs.lengths, n)
             if first == len(runs.lengths):
                 first = 0           # none lasted this long: what any of them went to
-            found = self.successors.get((level, first))
+            found = self.cache.get((level, first, True))
             if found is None:
-                found = self.successors[level, first] = _most_frequent(runs.successors[first:],
-                                                                       self.phase)
+                found = self.cache[level, first, True] = _most_frequent(runs.ordered, first,
+                                                                        self.phase)
             if found[0] != NONE:
                 return found
         return (self.back, RETURN_GUESS) if self.back != NONE else (NONE, 0.0)
 
     def _from(self, level: int, runs: _Runs, first: int, n: int, after: int,
-              share: float) -> Prediction:
-        found = self.alike.get((level, first))
+              share: float) -> tuple:
+        found = self.cache.get((level, first, False))
         if found is None:
-            found = self.alike[level, first] = _alike(runs.lengths, first)
+            found = self.cache[level, first, False] = _alike(runs.lengths, first)
         alike, shortest, shortest_count, median, near = found
         hazard = shortest_count / alike if shortest == n else 0.0
         if alike >= SUPPORT and hazard > CHANGE_SHARE and after != NONE:
-            next_phase, confidence = after, hazard * share
-        else:
-            next_phase, confidence = self.phase, 1.0 - hazard
-        return Prediction(next_phase, after, median - n, confidence, share, near)
+            return (after, after, median - n, hazard * share, share, near)
+        return (self.phase, after, median - n, 1.0 - hazard, share, near)
 
 
 def _alike(lengths: list[int], first: int) -> tuple[int, int, int, int, float]:
@@ -297,18 +303,19 @@ def _alike(lengths: list[int], first: int) -> tuple[int, int, int, int, float]:
     return alike, shortest, bisect_right(lengths, shortest, first) - first, median, near / alike
 
 
-def _most_frequent(successors: list[int], phase: int) -> tuple[int, float]:
-    """The most frequent known successor other than ``phase`` and its share
-    of them all (the latest among equals: behaviour that changed counts)."""
+def _most_frequent(ordered: list[tuple[int, int]], first: int, phase: int) -> tuple[int, float]:
+    """Of the successors of ``ordered[first:]``: the most frequent known one
+    other than ``phase`` and its share of them all (the latest among equals:
+    behaviour that changed counts)."""
     counts: dict[int, int] = {}
-    for s in successors:
+    for _, s in ordered[first:]:
         if s != NONE and s != phase:
             counts[s] = counts.get(s, 0) + 1
     if not counts:
         return NONE, 0.0
     best = max(counts.values())
-    latest = next(s for s in reversed(successors) if counts.get(s) == best)
-    return latest, best / len(successors)
+    latest = next(s for _, s in reversed(ordered) if counts.get(s) == best)
+    return latest, best / (len(ordered) - first)
 
 
 class PhasePredictor:
@@ -352,15 +359,19 @@ class PhasePredictor:
         if phase < 0:
             spans.append((count, *UNKNOWN[:2], UNKNOWN[2], 0, *UNKNOWN[3:]))
             return
-        done = 0
-        while done < count:
-            p = self.observe(phase)
-            hi = self.outlook.span[1]
-            take = min(count - done, hi - self.length + 1)
-            step = self.outlook.kept[2]
-            spans.append((take, p[0], p[1], p[2], step, p[3], p[4], p[5]))
-            self.length += take - 1
-            done += take
+        if phase == self.phase:
+            self.length += 1
+        else:
+            self._end_run(phase)
+        n, end, outlook = self.length, self.length + count - 1, self.outlook
+        while True:
+            p, base, step = outlook.kept_at(n)
+            hi = min(outlook.span[1], end)
+            spans.append((hi - n + 1, p[0], p[1], base + step * n, step, p[3], p[4], p[5]))
+            if hi == end:
+                break
+            n = hi + 1
+        self.length = end
 
     def forget(self, phase: int) -> None:
         """The phase is retired: drop what is kept of it and of its runs as
@@ -370,7 +381,7 @@ class PhasePredictor:
             for context in [c for c in contexts if phase in c]:
                 del contexts[context]
             for runs in contexts.values():
-                if phase in runs.successors:
+                if runs.names(phase):
                     runs.drop_successor(phase)
         self._settle(phase)
 
