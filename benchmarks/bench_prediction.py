@@ -132,25 +132,6 @@ def scored(phases, make) -> PredictionScore:
     return score
 
 
-def warm_scores(seqs: list[list[int]], make=PhasePredictor) -> list[PredictionScore]:
-    """Each run after the first scored by a predictor that kept its memory
-    from the runs before (the run itself starts afresh): what a memory kept
-    beside the phase catalogue would give a program's next run.  The ids
-    are each run's own (in order of appearance), which match across runs of
-    one program where its phases appear in the same order."""
-    predictor, out = make(), []
-    for k, phases in enumerate(seqs):
-        predictor.phase, predictor.length = NONE, 0
-        if hasattr(predictor, "before"):
-            predictor.before = ()
-        said = Predictions.of([predictor.observe(p) for p in phases], 1.0)
-        if k:
-            score = PredictionScore()
-            score.add(np.array(phases), said)
-            out.append(score)
-    return out
-
-
 def merge(scores: list[PredictionScore]) -> dict:
     total = PredictionScore()
     for s in scores:
@@ -393,18 +374,6 @@ def table(title: str, sequences: dict[str, list[list[int]]]) -> dict:
         rows[program] = per | {"intervals": intervals, "changes_seen_before": seen,
                                "intervals_in_repeated_runs": repeated}
     total = {name: merge(scores) for name, scores in pooled.items()}
-    warm = {name: [s for seqs in sequences.values() for s in warm_scores(seqs, make)]
-            for name, make in PREDICTORS.items()}
-    if warm["phasewatch"]:
-        w = {name: merge(scores) for name, scores in warm.items()}
-        pw, lv, mfs = w["phasewatch"], w["last-value"], w["most frequent successor"]
-        print(f"| pooled, each seed after the first with the memory of the seeds before | | "
-              f"{pw['changes']} | | {pct(pw['next_accuracy'])} | {pct(lv['next_accuracy'])} | "
-              f"{pct(mfs['next_accuracy'])} | {pct(pw['change_accuracy'])} | "
-              f"{pct(mfs['change_accuracy'])} | {pw['changes_foreseen']} | | "
-              f"{pct(pw['median_remaining_error'])} | {pct(lv['median_remaining_error'])} | "
-              f"{pct(mfs['median_remaining_error'])} |")
-        total["warm"] = w
     pw, lv, mfs = total["phasewatch"], total["last-value"], total["most frequent successor"]
     n = sum(r['intervals'] for r in rows.values())
     seen = sum(r["changes_seen_before"] for r in rows.values())
