@@ -102,10 +102,13 @@ class PredictionScore:
             self._extend(remaining[:first], first)
         if not len(starts):
             return
-        self._run_ended()
-        last = int(starts[-1])
+        predicted, true = self._run_ended()
         if len(starts) > 1:
-            self._score_inside(phases, starts, remaining)
+            inside = self._inside(phases, starts, remaining)
+            predicted, true = [*predicted, inside[0]], [*true, inside[1]]
+        if predicted:
+            self._count_errors(np.concatenate(predicted), np.concatenate(true))
+        last = int(starts[-1])
         if phases[last] >= 0:
             self._extend(remaining[last:], n - last)
 
@@ -119,20 +122,21 @@ class PredictionScore:
             self._pend(at[keep], remaining[keep])
         self.run += count
 
-    def _score_inside(self, phases: np.ndarray, starts: np.ndarray,
-                      remaining: np.ndarray) -> None:
+    @staticmethod
+    def _inside(phases: np.ndarray, starts: np.ndarray,
+                remaining: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The runs that start and end within the block: each interval's
-        error; a run of :data:`PENDING` intervals or more is thinned to
-        every second one, as its predictions would have been pending."""
+        predicted and true remaining length; a run of :data:`PENDING`
+        intervals or more thinned to every second one, as its predictions
+        would have been pending."""
         lo, hi = int(starts[0]), int(starts[-1])
         lengths = np.diff(starts)
-        ends = np.repeat(starts[1:], lengths)
-        at = np.arange(lo, hi) - np.repeat(starts[:-1], lengths) + 1
-        true = ends - np.arange(lo, hi) - 1
+        true = np.repeat(starts[1:] - 1, lengths) - np.arange(lo, hi)
         keep = phases[lo:hi] >= 0
         if lengths.max() >= PENDING:
+            at = np.repeat(lengths, lengths) - true        # the position in the run, from 1
             keep &= (np.repeat(lengths, lengths) < PENDING) | (at % 2 == 0)
-        self._count_errors(remaining[lo:hi][keep], true[keep])
+        return remaining[lo:hi][keep], true[keep]
 
     def _count_errors(self, predicted: np.ndarray, true: np.ndarray) -> None:
         error = np.abs(predicted.astype(np.float64) - true) / (true + 1.0)
@@ -149,12 +153,16 @@ class PredictionScore:
             self.pending_at, self.pending_left = [at[keep]], [left[keep]]
             self.pending, self.stride = int(keep.sum()), 2 * self.stride
 
-    def _run_ended(self) -> None:
+    def _run_ended(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The run going on has ended: its pending predictions of the
+        remaining length and the true ones."""
+        out: tuple[list, list] = ([], [])
         if self.pending:
             at = np.concatenate(self.pending_at)
-            self._count_errors(np.concatenate(self.pending_left), self.run - at)
+            out = ([np.concatenate(self.pending_left)], [self.run - at])
         self.pending_at, self.pending_left, self.pending = [], [], 0
         self.stride, self.run = 1, 0
+        return out
 
     @property
     def next_accuracy(self) -> float | None:

@@ -91,29 +91,29 @@ def _prediction_columns(iv: Intervals, number, nothing: str) -> list[list[str]]:
     def ids(column):
         return [str(x) if x >= 0 else nothing for x in column.tolist()]
 
-    def confidences(column):
-        text = _confidence_texts()
-        at = np.where(known, np.rint(column * 10 ** CONFIDENCE_PLACES), -1).astype(np.int64)
-        return [text[k] if k >= 0 else nothing for k in at.tolist()]
+    text = _confidence_texts(nothing)       # its last: ``nothing``
+    scaled = np.rint(np.stack([pr.confidence_next, pr.confidence_after_change,
+                               pr.confidence_remaining]) * 10 ** CONFIDENCE_PLACES)
+    confidences = np.where(known, scaled, -1).astype(np.int64).tolist()
     return [ids(pr.next_phase), ids(pr.after_change), ids(pr.remaining),
             _numbers(pr.remaining_s, number),
-            confidences(pr.confidence_next), confidences(pr.confidence_after_change),
-            confidences(pr.confidence_remaining)]
+            *([text[k] for k in column] for column in confidences)]
 
 
 def _numbers(column: np.ndarray, number) -> list[str]:
-    """``number`` of each value; where all are finite, what it gives them
-    without a call each (a number rounded to 6 places, as Python writes it)."""
+    """``number`` of each value: where all are finite, what it gives them
+    (rounded to 6 places, as Python writes it) without a call each."""
     if np.isfinite(column).all():
         return [repr(round(x, 6)) for x in column.tolist()]
     return [number(x) for x in column.tolist()]
 
 
 @functools.cache
-def _confidence_texts() -> list[str]:
-    """Each confidence of :data:`CONFIDENCE_PLACES` places as JSON spells it."""
+def _confidence_texts(nothing: str) -> list[str]:
+    """Each confidence of :data:`CONFIDENCE_PLACES` places as JSON spells
+    it, then ``nothing`` (at -1: no confidence)."""
     scale = 10 ** CONFIDENCE_PLACES
-    return [repr(round(k / scale, CONFIDENCE_PLACES)) for k in range(scale + 1)]
+    return [repr(round(k / scale, CONFIDENCE_PLACES)) for k in range(scale + 1)] + [nothing]
 
 
 def json_lines(iv: Intervals) -> str:
