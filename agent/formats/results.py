@@ -100,12 +100,27 @@ def _prediction_columns(iv: Intervals, number, nothing: str) -> list[list[str]]:
             *([text[k] for k in column] for column in confidences)]
 
 
+#: Below this many millionths, a value times 10^6 as a float is within 10^-3
+#: of the exact product, so it rounds as the exact value does unless that
+#: is within 10^-3 of a half.
+_EXACT_MILLIONTHS = 2.0 ** 42
+
+
 def _numbers(column: np.ndarray, number) -> list[str]:
-    """``number`` of each value: where all are finite, what it gives them
-    (rounded to 6 places, as Python writes it) without a call each."""
-    if np.isfinite(column).all():
-        return [repr(round(x, 6)) for x in column.tolist()]
-    return [number(x) for x in column.tolist()]
+    """``number`` of each value: a finite one rounded to 6 places as Python
+    writes it.  The rounding is done on the whole column where it is
+    exact (the nearest whole number of millionths, found as a float, over
+    10^6 is the float ``round`` gives); a value near a half, too large or
+    not finite goes through ``number``."""
+    millionths = column * 1e6
+    whole = np.rint(millionths)
+    with np.errstate(invalid="ignore"):     # infinities and NaN are not plain
+        plain = (np.abs(millionths - whole) < 0.499) & (np.abs(millionths) < _EXACT_MILLIONTHS)
+    values = (whole / 1e6).tolist()
+    if plain.all():
+        return [repr(x) for x in values]
+    return [repr(x) if ok else number(x0)
+            for x, ok, x0 in zip(values, plain.tolist(), column.tolist())]
 
 
 @functools.cache
