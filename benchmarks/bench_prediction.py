@@ -4,7 +4,7 @@ beside two baselines.
 
     .venv/bin/python benchmarks/bench_prediction.py --workdir DIR
         [--half tuning|test|unseen|all] [--samples 30] [--seeds 3]
-        [--set NAME=VALUE ...] [--live] [--overhead] [--json FILE]
+        [--set NAME=VALUE ...] [--live] [--second-run] [--overhead] [--json FILE]
 
 Held-out programs (groundtruth_workloads.py): the phase sequences are
 phasewatch's own labels of the IP traces benchmarks/groundtruth.py draws from
@@ -35,13 +35,21 @@ interval was foreseen, and the median relative error of the remaining
 length (|predicted - true| / (true + 1), intervals).  Per workload (summed
 over seeds), and pooled per half.
 
+``--second-run``: each held-out trace as a program's second run, as the
+phase catalogue gives it: the classifier started from a first run's phases
+(Pipeline.known_phases) and the prediction tap from what that run's
+predictor learnt of them (PredictionTap.memory); the first run is the
+program's other input at the same seed, or the same input's next seed.
+Beside last-value and the most frequent successor given the first run's
+phases first, and the predictor without memory on the same phases.
+
 ``--overhead``: replay's time per interval with and without the prediction
 tap, on the same traces (the test half's and the unseen set's, every seed),
 side by side: each trace opened, replayed through the driver into a results
 file, the median CPU time of ``--repeat`` runs, the two kinds interleaved.
 
 ``--set NAME=VALUE`` overrides a constant of phasewatch.core.predict
-(ORDER, KEPT, SUPPORT, CHANGE_SHARE): tune on the tuning half only.
+(ORDER, KEPT, SUPPORT, CHANGE_SHARE, PRIOR): tune on the tuning half only.
 """
 
 from __future__ import annotations
