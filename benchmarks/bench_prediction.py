@@ -4,7 +4,7 @@ beside two baselines.
 
     .venv/bin/python benchmarks/bench_prediction.py --workdir DIR
         [--half tuning|test|unseen|all] [--samples 30] [--seeds 3]
-        [--set NAME=VALUE ...] [--live] [--overhead] [--json FILE]
+        [--set NAME=VALUE ...] [--live] [--second-run] [--overhead] [--json FILE]
 
 Held-out programs (groundtruth_workloads.py): the phase sequences are
 phasewatch's own labels of the IP traces benchmarks/groundtruth.py draws from
@@ -35,13 +35,21 @@ interval was foreseen, and the median relative error of the remaining
 length (|predicted - true| / (true + 1), intervals).  Per workload (summed
 over seeds), and pooled per half.
 
+``--second-run``: each held-out trace as a program's second run, as the
+phase catalogue gives it: the classifier started from a first run's phases
+(Pipeline.known_phases) and the prediction tap from what that run's
+predictor learnt of them (PredictionTap.memory); the first run is the
+program's other input at the same seed, or the same input's next seed.
+Beside last-value and the most frequent successor given the first run's
+phases first, and the predictor without memory on the same phases.
+
 ``--overhead``: replay's time per interval with and without the prediction
 tap, on the same traces (the test half's and the unseen set's, every seed),
 side by side: each trace opened, replayed through the driver into a results
 file, the median CPU time of ``--repeat`` runs, the two kinds interleaved.
 
 ``--set NAME=VALUE`` overrides a constant of phasewatch.core.predict
-(ORDER, KEPT, SUPPORT, CHANGE_SHARE): tune on the tuning half only.
+(ORDER, KEPT, SUPPORT, CHANGE_SHARE, PRIOR): tune on the tuning half only.
 """
 
 from __future__ import annotations
@@ -132,25 +140,6 @@ def scored(phases, make) -> PredictionScore:
     return score
 
 
-def warm_scores(seqs: list[list[int]], make=PhasePredictor) -> list[PredictionScore]:
-    """Each run after the first scored by a predictor that kept its memory
-    from the runs before (the run itself starts afresh): what a memory kept
-    beside the phase catalogue would give a program's next run.  The ids
-    are each run's own (in order of appearance), which match across runs of
-    one program where its phases appear in the same order."""
-    predictor, out = make(), []
-    for k, phases in enumerate(seqs):
-        predictor.phase, predictor.length = NONE, 0
-        if hasattr(predictor, "before"):
-            predictor.before = ()
-        said = Predictions.of([predictor.observe(p) for p in phases], 1.0)
-        if k:
-            score = PredictionScore()
-            score.add(np.array(phases), said)
-            out.append(score)
-    return out
-
-
 def merge(scores: list[PredictionScore]) -> dict:
     total = PredictionScore()
     for s in scores:
@@ -233,6 +222,135 @@ def live_sequences(folder: Path) -> dict[str, list[list[int]]]:
     return out
 
 
+# ------------------------------------------------------------ second runs
+
+#: The second-run protocols: where the first run's memory comes from.
+SECOND_RUNS = {
+    "other input": "the program's other input, the same seed",
+    "another seed": "the same input, the next seed (another draw of the samples)",
+}
+
+
+def catalogued_run(trace: str, detector: str, start: dict | None = None,
+                   memory: dict | None = None) -> tuple[list[int], PredictionScore, dict, dict | None]:
+    """One run as ``phasewatch run`` with the phase catalogue gives it: the
+    classifier started from ``start`` (an earlier run's phases, as
+    Pipeline.known_phases gives them and the catalogue keeps them), the
+    predictor from ``memory`` (what the earlier run's predictor learnt of
+    them, PredictionTap.memory, as the catalogue keeps it).  The run's
+    phases, its predictions' scores, and what it leaves for the next run."""
+    from phasewatch.core.driver import Driver
+    from phasewatch.core.params import interval_params_of
+    from phasewatch.core.pipeline import Pipeline
+    from phasewatch.core.prediction import PredictionTap
+    from phasewatch.core.settings import DetectionSettings
+    from phasewatch.formats.results import PhaseSummary
+    from phasewatch.formats.tracefiles import open_trace
+    source = open_trace(trace, warn=lambda m: None)
+    try:
+        meta = source.metadata
+        settings = DetectionSettings.given({"detector": detector}, meta.get("detection"))
+        fitted = settings.for_stream(tuple(meta.get("signals") or source.signals), lambda m: None,
+                                     default_interval=interval_params_of(meta))
+        pipeline = Pipeline.for_trace(meta, fitted.params(meta))
+        pipeline.start_from(start)
+        tap = PredictionTap.for_pipeline(pipeline, memory)
+        summary = PhaseSummary(keep_phases=True)
+        driver = Driver(pipeline, [tap, summary])
+        driver.run(source.batches())
+        driver.finish()
+        driver.close()
+    finally:
+        source.close()
+    known = pipeline.known_phases()
+    kept = tap.memory("", [p["id"] for p in known["phases"]])
+    return summary.phase_labels().tolist(), tap.scores.get("", PredictionScore()), known, kept
+
+
+def first_run_of(w, seed: int, seeds: int, protocol: str, present: dict):
+    """The (workload, seed) whose run's memory the second run of ``w`` at
+    ``seed`` starts from; None where there is none."""
+    if protocol == "another seed":
+        return (w, (seed + 1) % seeds) if seeds > 1 else None
+    others = [v for v in present.values() if v.program == w.program and v.name != w.name]
+    return (others[0], seed) if others else None
+
+
+def warm_baseline(first: list[int], second: list[int], make) -> PredictionScore:
+    """A baseline that saw the first run, scored on the second (its run
+    state, not its memory, started afresh)."""
+    predictor = make()
+    for p in first:
+        predictor.observe(p)
+    predictor.phase, predictor.length = NONE, 0
+    score = PredictionScore()
+    if second:
+        score.add(np.array(second), Predictions.of([predictor.observe(p) for p in second], 1.0))
+    return score
+
+
+def second_runs(workdir: str, which: str, samples: int, seeds: int, detector: str) -> dict:
+    """Each held-out trace as a second run, its classifier and predictor
+    started from a first run's phases and memory (SECOND_RUNS), beside the
+    two baselines that saw the first run, and beside the same phases
+    predicted without memory."""
+    present = {w.name: w for w in WORKLOADS if which in ("all", half(w)) and not available(w)
+               and os.path.exists(paths(workdir, w)["bb"])}
+    out = {}
+    for protocol, what in SECOND_RUNS.items():
+        print(f"\n#### {which} half, second run: memory from a first run on {what}\n")
+        print("| program | first run | intervals | changes | next: pw | LV | MFS | no memory "
+              "| at changes: pw | MFS | no memory | foreseen | remaining error: pw | LV | MFS "
+              "| no memory |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        pooled: dict[str, list] = {"pw": [], "lv": [], "mfs": [], "cold": []}
+        rows = {}
+        for w in present.values():
+            per: dict[str, list] = {k: [] for k in pooled}
+            intervals, firsts = 0, set()
+            for seed in range(seeds):
+                first = first_run_of(w, seed, seeds, protocol, present)
+                if first is None:
+                    continue
+                labels_of(first[0], workdir, samples, first[1], detector)      # the traces made
+                labels_of(w, workdir, samples, seed, detector)
+                firsts.add(first[0].name)
+                one, _, known, memory = catalogued_run(
+                    trace_path(workdir, first[0].name, samples, CONDITION, first[1]), detector)
+                two, score, _, _ = catalogued_run(
+                    trace_path(workdir, w.name, samples, CONDITION, seed), detector, known, memory)
+                per["pw"].append(score)
+                per["lv"].append(warm_baseline(one, two, LastValue))
+                per["mfs"].append(warm_baseline(one, two, MostFrequentSuccessor))
+                per["cold"].append(scored(two, PhasePredictor))
+                intervals += len(two)
+            if not per["pw"]:
+                continue
+            for k in pooled:
+                pooled[k] += per[k]
+            got = {k: merge(v) for k, v in per.items()}
+            rows[w.name] = got | {"intervals": intervals, "first": sorted(firsts)}
+            print(second_row(w.name, ", ".join(sorted(firsts)), intervals, got))
+        if rows:
+            total = {k: merge(v) for k, v in pooled.items()}
+            n = sum(r["intervals"] for r in rows.values())
+            print(second_row("**pooled**", "", n, total, bold=True))
+            out[protocol] = {"programs": rows, "pooled": total}
+    return out
+
+
+def second_row(program: str, first: str, intervals: int, got: dict, bold: bool = False) -> str:
+    pw, lv, mfs, cold = got["pw"], got["lv"], got["mfs"], got["cold"]
+    b = "**" if bold else ""
+    return (f"| {program} | {first} | {intervals} | {pw['changes']} | "
+            f"{b}{pct(pw['next_accuracy'])}{b} | {pct(lv['next_accuracy'])} | "
+            f"{pct(mfs['next_accuracy'])} | {pct(cold['next_accuracy'])} | "
+            f"{b}{pct(pw['change_accuracy'])}{b} | {pct(mfs['change_accuracy'])} | "
+            f"{pct(cold['change_accuracy'])} | {pw['changes_foreseen']} | "
+            f"{b}{pct(pw['median_remaining_error'])}{b} | {pct(lv['median_remaining_error'])} | "
+            f"{pct(mfs['median_remaining_error'])} | {pct(cold['median_remaining_error'])} |")
+
+
 # ------------------------------------------------------------ tables
 
 def pct(x) -> str:
@@ -264,18 +382,6 @@ def table(title: str, sequences: dict[str, list[list[int]]]) -> dict:
         rows[program] = per | {"intervals": intervals, "changes_seen_before": seen,
                                "intervals_in_repeated_runs": repeated}
     total = {name: merge(scores) for name, scores in pooled.items()}
-    warm = {name: [s for seqs in sequences.values() for s in warm_scores(seqs, make)]
-            for name, make in PREDICTORS.items()}
-    if warm["phasewatch"]:
-        w = {name: merge(scores) for name, scores in warm.items()}
-        pw, lv, mfs = w["phasewatch"], w["last-value"], w["most frequent successor"]
-        print(f"| pooled, each seed after the first with the memory of the seeds before | | "
-              f"{pw['changes']} | | {pct(pw['next_accuracy'])} | {pct(lv['next_accuracy'])} | "
-              f"{pct(mfs['next_accuracy'])} | {pct(pw['change_accuracy'])} | "
-              f"{pct(mfs['change_accuracy'])} | {pw['changes_foreseen']} | | "
-              f"{pct(pw['median_remaining_error'])} | {pct(lv['median_remaining_error'])} | "
-              f"{pct(mfs['median_remaining_error'])} |")
-        total["warm"] = w
     pw, lv, mfs = total["phasewatch"], total["last-value"], total["most frequent successor"]
     n = sum(r['intervals'] for r in rows.values())
     seen = sum(r["changes_seen_before"] for r in rows.values())
@@ -364,6 +470,9 @@ def main() -> int:
     ap.add_argument("--simpoint", action="store_true",
                     help="also SimPoint's reference labels of each program as a phase sequence")
     ap.add_argument("--live", action="store_true", help="also the live test programs")
+    ap.add_argument("--second-run", action="store_true",
+                    help="also each trace as a second run, started from a first run's phases "
+                         "and predictor memory as the phase catalogue keeps them")
     ap.add_argument("--overhead", action="store_true", help="also replay's time with the tap")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--json", metavar="FILE")
@@ -383,6 +492,11 @@ def main() -> int:
         if seqs:
             note = " (the predictor's constants were chosen on it)" if which == "tuning" else ""
             result[which] = table(f"{which} half{note}", seqs)
+    if args.second_run:
+        for which in halves:
+            second = second_runs(args.workdir, which, args.samples, args.seeds, args.detector)
+            if second:
+                result[f"second run {which}"] = second
     if args.simpoint:
         for which in halves:
             seqs = held_out_sequences(args.workdir, which, args.samples, 1, args.detector, True)

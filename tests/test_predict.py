@@ -136,7 +136,7 @@ def test_predictions_are_well_formed(seq):
             assert s == predict.UNKNOWN
             continue
         seen.add(x)
-        assert s == p.outlook._at(p.length)     # kept along its span: as computed afresh
+        assert s == p.outlook._at(p.length)[0]  # kept along its span: as computed afresh
         assert s.next_phase == x or s.next_phase == s.after_change
         assert s.after_change == NONE or (s.after_change in seen and s.after_change != x)
         assert s.remaining >= 0
@@ -265,7 +265,7 @@ def test_seeding_keeps_only_the_phases_still_known():
     assert set(p.memory) == {A, C}
     assert all(B not in context for contexts in p.memory.values() for context in contexts)
     assert all(s != B for contexts in p.memory.values() for runs_ in contexts.values()
-               for s in runs_.successors)
+               for _, s in runs_.pairs)
 
 
 @pytest.mark.parametrize("memory", [{}, {"version": 99, "phases": []},
@@ -284,3 +284,12 @@ def test_a_run_at_a_time_says_what_an_interval_at_a_time_says(pairs):
     for phase, count in pairs:
         each = [one.observe(phase) for _ in range(count)]
         np.testing.assert_array_equal(many.observe_run(phase, count), np.array(each, np.float64))
+
+
+def test_a_phase_never_seen_to_end_lasts_as_the_streams_recent_runs_did():
+    said = predictions(runs((A, 10), (B, 12), (C, 3)))
+    first_run_of_b, c_at_3 = said[11], said[-1]
+    assert first_run_of_b.remaining == 2        # one run before: as long again as it lasted
+    assert c_at_3.remaining == 10 - 3           # the lower median of 10 and 12, less the 3 gone
+    assert c_at_3.confidence_remaining == 0.0   # a guess from other phases: nothing foreseen
+    assert said[-1].next_phase == C

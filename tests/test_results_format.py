@@ -121,6 +121,31 @@ def test_a_large_batch_of_random_distances_matches_json_dumps():
     assert written(iv, binary=True) == dumps_per_interval(iv)
 
 
+def remaining_seconds_of(iv: Intervals, seconds) -> Intervals:
+    known = iv.prediction.next_phase >= 0
+    iv.prediction.remaining_s = np.where(known, np.asarray(seconds, np.float64), np.nan)
+    return iv
+
+
+def test_remaining_seconds_near_rounding_ties_match_json_dumps():
+    rng = np.random.default_rng(5)
+    ties = (rng.integers(0, 10**12, 20_000) + 0.5) / 1e6
+    seconds = np.concatenate([ties, np.nextafter(ties, 0), np.nextafter(ties, np.inf),
+                              EDGES, [2.0 ** 42 / 1e6 * k for k in (0.5, 1, 1.5, 2)]])
+    iv = with_predictions(intervals(rng.random(len(seconds)), rng), rng)
+    remaining_seconds_of(iv, seconds)
+    assert written(iv, binary=False) == dumps_per_interval(iv)
+
+
+@given(st.lists(st.floats(min_value=-1e20, max_value=1e20) | st.just(math.nan), min_size=1,
+                max_size=40))
+def test_any_remaining_seconds_match_json_dumps(seconds):
+    rng = np.random.default_rng(len(seconds))
+    iv = remaining_seconds_of(with_predictions(intervals(rng.random(len(seconds)), rng), rng),
+                              seconds)
+    assert written(iv, binary=False) == dumps_per_interval(iv)
+
+
 @given(st.lists(st.floats(min_value=-1e20, max_value=1e20) | st.just(math.nan),
                 min_size=1, max_size=40))
 def test_any_distance_matches_json_dumps(distances):

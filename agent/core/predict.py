@@ -41,7 +41,8 @@ context and its name as successor).
 
 from __future__ import annotations
 
-from bisect import bisect_left
+import functools
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
@@ -64,6 +65,10 @@ TOLERANCE = 0.3
 #: The confidence in a return to the phase before, where the phase's own
 #: runs name no successor.
 RETURN_GUESS = 0.5
+#: Where a phase's own runs say nothing of how long it lasts, the remaining
+#: length is the median of what remains of the stream's recent runs of any
+#: phase that lasted as long (1), or as long again as it has lasted (0).
+PRIOR = 1
 #: Phases kept by default (the classifier's own default bound).
 MAX_PHASES = 256
 #: The form of :meth:`PhasePredictor.memory_dict`.
@@ -112,26 +117,65 @@ class Predictions:
         seconds are the remaining intervals times ``seconds_each`` (each
         interval's own duration)."""
         table = np.asarray(rows, np.float64).reshape(len(rows), len(Prediction._fields))
+        return cls._of_table(table, seconds_each)
+
+    @classmethod
+    def of_spans(cls, spans: list, seconds_each) -> "Predictions":
+        """Columns from :data:`Span` s (:meth:`PhasePredictor.observe_spans`)."""
+        return cls._of_table(cls.rows_of(spans), seconds_each)
+
+    @staticmethod
+    def rows_of(spans: list) -> np.ndarray:
+        """The per-interval rows of :class:`Prediction`'s fields that
+        :data:`Span` s stand for."""
+        table = np.array(spans, np.float64).reshape(len(spans), 8)
+        takes = table[:, 0].astype(np.int64)
+        rows = np.repeat(table[:, (1, 2, 3, 5, 6, 7)], takes, axis=0)
+        if len(spans) > 1 or table[0, 4]:
+            steps = np.repeat(table[:, 4], takes)
+            starts = np.repeat(np.cumsum(takes) - takes, takes)
+            rows[:, 2] += steps * (np.arange(len(rows)) - starts)
+        return rows
+
+    @classmethod
+    def _of_table(cls, table: np.ndarray, seconds_each) -> "Predictions":
         remaining = table[:, 2].astype(np.int64)
         remaining_s = np.where(remaining >= 0, remaining * seconds_each, np.nan)
         return cls(table[:, 0].astype(np.int64), table[:, 1].astype(np.int64), remaining,
                    remaining_s, table[:, 3], table[:, 4], table[:, 5])
 
 
+#: A stretch of intervals of one run whose predictions differ only in the
+#: remaining length: (intervals, next phase, phase after the change, remaining
+#: intervals after the first, step of the remaining per interval, the three
+#: confidences).
+Span = tuple
+
+
 class _Runs:
     """The (length, successor) pairs of one phase in one context, the last
-    :data:`KEPT`, and the same sorted by length for the look-ups."""
+    :data:`KEPT`, and the same sorted (and their lengths) for the look-ups."""
 
-    __slots__ = ("pairs", "lengths", "successors")
+    __slots__ = ("pairs", "ordered", "lengths")
 
     def __init__(self):
         self.pairs: deque[tuple[int, int]] = deque(maxlen=KEPT)
+        self.ordered: list[tuple[int, int]] = []      # the pairs sorted
         self.lengths: list[int] = []
-        self.successors: list[int] = []
 
     def add(self, length: int, successor: int) -> None:
-        self.pairs.append((length, successor))
-        self._sort()
+        if len(self.pairs) == KEPT:
+            at = bisect_left(self.ordered, self.pairs[0])
+            del self.ordered[at], self.lengths[at]
+        pair = (length, successor)
+        self.pairs.append(pair)
+        at = bisect_right(self.ordered, pair)
+        self.ordered.insert(at, pair)
+        self.lengths.insert(at, length)
+
+    def names(self, phase: int) -> bool:
+        """Whether ``phase`` is the successor of one of the runs."""
+        return any(s == phase for _, s in self.pairs)
 
     def drop_successor(self, phase: int) -> None:
         """A retired successor is unknown from now on; the lengths stay."""
@@ -139,9 +183,8 @@ class _Runs:
         self._sort()
 
     def _sort(self) -> None:
-        ordered = sorted(self.pairs)
-        self.lengths = [n for n, _ in ordered]
-        self.successors = [s for _, s in ordered]
+        self.ordered = sorted(self.pairs)
+        self.lengths = [n for n, _ in self.ordered]
 
 
 class _Outlook:
@@ -151,38 +194,56 @@ class _Outlook:
 
     The runs alike change only where ``n`` passes a length: between two
     lengths the prediction is the same but for the remaining intervals,
-    which count down (beyond every length: up, as long again).  So each
-    prediction is kept with the span of ``n`` it holds for."""
+    which count down (beyond every length, or where too few of the phase's
+    own runs lasted n: up, as long again).  So each prediction is kept with
+    the span of ``n`` it holds for."""
 
-    __slots__ = ("phase", "levels", "back", "successors", "alike", "horizon", "stops",
-                 "span", "kept")
+    __slots__ = ("phase", "levels", "back", "prior", "cache", "horizon", "span", "kept")
 
-    def __init__(self, phase: int, levels: list[_Runs], back: int):
+    def __init__(self, phase: int, levels: list[_Runs], back: int, prior: _Runs | None = None):
         self.phase = phase
         self.levels = levels
         self.back = back              # the phase of the run before (NONE: none)
-        self.successors: dict[tuple[int, int], tuple[int, float]] = {}
-        self.alike: dict[tuple[int, int], tuple[int, int, int, int, float]] = {}
-        self.stops = sorted({length for runs in levels for length in runs.lengths})
-        self.horizon = self.stops[-1] if self.stops else 0
+        self.prior = prior            # the stream's recent runs, any phase (None: not used)
+        self.cache: dict[tuple[int, int, bool], tuple] = {}
+        self.horizon = max((runs.lengths[-1] for runs in levels if runs.lengths), default=0)
         self.span = (1, 0)            # the n the kept prediction holds for (none yet)
-        self.kept: tuple = ()         # (prediction, remaining at n = 0, +1 or -1 per n)
+        self.kept: tuple = ()         # (prediction's fields, remaining at n = 0, step per n)
 
     def at(self, n: int) -> Prediction:
+        p, base, step = self.kept_at(n)
+        return Prediction(p[0], p[1], base + step * n, p[3], p[4], p[5])
+
+    def kept_at(self, n: int) -> tuple[tuple, int, int]:
+        """The prediction's fields for a run of ``n`` intervals so far (the
+        remaining length the kept one's: ``base + step * n``); :attr:`span`
+        the n it holds for."""
         lo, hi = self.span
         if lo <= n <= hi:
-            p, base, step = self.kept
-            return Prediction(p[0], p[1], base + step * n, p[3], p[4], p[5])
-        p = self._at(n)
-        if n > self.horizon:
-            self.span, self.kept = (n, 1 << 62), (p, 0, 1)
-        else:
-            after = bisect_left(self.stops, n)
-            hi = n if self.stops[after] == n else self.stops[after] - 1
-            self.span, self.kept = (n, hi), (p, p.remaining + n, -1)
-        return p
+            return self.kept
+        p, step = self._at(n)
+        self.span = (n, self._stop(n, self.levels if step > 0 or p[5] or self.prior is None
+                                   else [*self.levels, self.prior]))
+        self.kept = (p, p[2] - step * n, step)
+        return self.kept
 
-    def _at(self, n: int) -> Prediction:
+    def _stop(self, n: int, every: list[_Runs]) -> int:
+        """The last n before the runs alike in ``every`` change: n itself
+        where a run lasted exactly n, else the next length less one (none:
+        never)."""
+        stop = 1 << 62
+        for runs in every:
+            lengths = runs.lengths
+            at = bisect_left(lengths, n)
+            if at < len(lengths) and lengths[at] <= stop:
+                if lengths[at] == n:
+                    return n
+                stop = lengths[at] - 1
+        return stop
+
+    def _at(self, n: int) -> tuple[tuple, int]:
+        """The prediction's fields at ``n``, and how its remaining length
+        moves with n."""
         after, share = self._successor(n)
         if n <= self.horizon:
             last = len(self.levels) - 1
@@ -190,58 +251,71 @@ class _Outlook:
                 first = bisect_left(runs.lengths, n)
                 alike = len(runs.lengths) - first
                 if alike >= SUPPORT or (alike and level == last):
-                    return self._from(level, runs, first, n, after, share)
-        # Nothing lasted this long: as long again as it has lasted, unsure.
-        return Prediction(self.phase, after, n, 1.0, share, 0.0)
+                    return self._from(level, runs, first, n, after, share), -1
+        # Too little of this phase lasted this long: what remained of the
+        # stream's recent runs that lasted as long (the prediction with no
+        # confidence at all that counts down), else as long again as it has
+        # lasted.  Neither comes back once it has gone: the runs that lasted
+        # n only grow fewer as n grows.
+        if self.prior is not None:
+            lengths = self.prior.lengths
+            first = bisect_left(lengths, n)
+            if len(lengths) - first >= SUPPORT:
+                median = lengths[first + (len(lengths) - first - 1) // 2]
+                return (self.phase, after, median - n, 1.0, share, 0.0), -1
+        return (self.phase, after, n, 1.0, share, 0.0), 1
 
     def _successor(self, n: int) -> tuple[int, float]:
         for level, runs in enumerate(self.levels):
             first = bisect_left(runs.lengths, n)
             if first == len(runs.lengths):
                 first = 0           # none lasted this long: what any of them went to
-            found = self.successors.get((level, first))
+            found = self.cache.get((level, first, True))
             if found is None:
-                found = self.successors[level, first] = _most_frequent(runs.successors[first:],
-                                                                       self.phase)
+                found = self.cache[level, first, True] = _most_frequent(runs.ordered, first,
+                                                                        self.phase)
             if found[0] != NONE:
                 return found
         return (self.back, RETURN_GUESS) if self.back != NONE else (NONE, 0.0)
 
     def _from(self, level: int, runs: _Runs, first: int, n: int, after: int,
-              share: float) -> Prediction:
-        found = self.alike.get((level, first))
+              share: float) -> tuple:
+        found = self.cache.get((level, first, False))
         if found is None:
-            found = self.alike[level, first] = _alike(runs.lengths[first:])
+            found = self.cache[level, first, False] = _alike(runs.lengths, first)
         alike, shortest, shortest_count, median, near = found
         hazard = shortest_count / alike if shortest == n else 0.0
         if alike >= SUPPORT and hazard > CHANGE_SHARE and after != NONE:
-            next_phase, confidence = after, hazard * share
-        else:
-            next_phase, confidence = self.phase, 1.0 - hazard
-        return Prediction(next_phase, after, median - n, confidence, share, near)
+            return (after, after, median - n, hazard * share, share, near)
+        return (self.phase, after, median - n, 1.0 - hazard, share, near)
 
 
-def _alike(lengths: list[int]) -> tuple[int, int, int, int, float]:
-    """Of the lengths of the runs alike (sorted): how many, the shortest and
-    how many have it, the (lower) median, and the share within
-    :data:`TOLERANCE` of the median."""
-    median = lengths[(len(lengths) - 1) // 2]
-    near = sum(1 for length in lengths if abs(length - median) <= TOLERANCE * median)
-    return len(lengths), lengths[0], lengths.count(lengths[0]), median, near / len(lengths)
+def _alike(lengths: list[int], first: int) -> tuple[int, int, int, int, float]:
+    """Of the lengths of the runs alike (``lengths[first:]``, sorted): how
+    many, the shortest and how many have it, the (lower) median, and the
+    share within :data:`TOLERANCE` of the median."""
+    alike = len(lengths) - first
+    median = lengths[first + (alike - 1) // 2]
+    within = int(TOLERANCE * median)    # an integer distance d is within where d <= within
+    near = (bisect_right(lengths, median + within, first)
+            - bisect_left(lengths, median - within, first))
+    shortest = lengths[first]
+    return alike, shortest, bisect_right(lengths, shortest, first) - first, median, near / alike
 
 
-def _most_frequent(successors: list[int], phase: int) -> tuple[int, float]:
-    """The most frequent known successor other than ``phase`` and its share
-    of them all (the latest among equals: behaviour that changed counts)."""
+def _most_frequent(ordered: list[tuple[int, int]], first: int, phase: int) -> tuple[int, float]:
+    """Of the successors of ``ordered[first:]``: the most frequent known one
+    other than ``phase`` and its share of them all (the latest among equals:
+    behaviour that changed counts)."""
     counts: dict[int, int] = {}
-    for s in successors:
+    for _, s in ordered[first:]:
         if s != NONE and s != phase:
             counts[s] = counts.get(s, 0) + 1
     if not counts:
         return NONE, 0.0
     best = max(counts.values())
-    latest = next(s for s in reversed(successors) if counts.get(s) == best)
-    return latest, best / len(successors)
+    latest = next(s for _, s in reversed(ordered) if counts.get(s) == best)
+    return latest, best / (len(ordered) - first)
 
 
 class PhasePredictor:
@@ -256,6 +330,7 @@ class PhasePredictor:
         self.length = 0             # intervals in the current run so far
         self.before: tuple[int, ...] = ()      # the phases of the runs before, latest last
         self.memory: OrderedDict[int, OrderedDict[tuple[int, ...], _Runs]] = OrderedDict()
+        self.lately = _Runs()       # the stream's last runs, any phase (their lengths)
         self.outlook: _Outlook | None = None
 
     def observe(self, phase: int) -> Prediction:
@@ -270,25 +345,33 @@ class PhasePredictor:
 
     def observe_run(self, phase: int, count: int) -> np.ndarray:
         """``count`` intervals of ``phase`` in a row: what :meth:`observe`
-        says after each, as rows of :class:`Prediction`'s fields, a span of
-        run lengths at a time (the work is per span, not per interval)."""
-        out = np.empty((count, len(Prediction._fields)))
+        says after each, as rows of :class:`Prediction`'s fields."""
+        spans: list[tuple] = []
+        self.observe_spans(phase, count, spans)
+        return Predictions.rows_of(spans)
+
+    def observe_spans(self, phase: int, count: int, spans: list) -> None:
+        """``count`` intervals of ``phase`` in a row, told in spans: appends
+        to ``spans`` one :data:`Span` per stretch of intervals whose
+        predictions differ only in the remaining length (which moves by a
+        step of -1, 0 or +1 an interval).  The work is per span, not per
+        interval: a span ends only where the run passes a length seen before."""
         if phase < 0:
-            out[:] = UNKNOWN
-            return out
-        done = 0
-        while done < count:
-            p = self.observe(phase)
-            lo, hi = self.outlook.span
-            take = min(count - done, hi - self.length + 1)
-            out[done:done + take] = p
-            if take > 1:
-                _, base, step = self.outlook.kept
-                ahead = np.arange(self.length, self.length + take)
-                out[done:done + take, 2] = base + step * ahead
-                self.length += take - 1
-            done += take
-        return out
+            spans.append((count, *UNKNOWN[:2], UNKNOWN[2], 0, *UNKNOWN[3:]))
+            return
+        if phase == self.phase:
+            self.length += 1
+        else:
+            self._end_run(phase)
+        n, end, outlook = self.length, self.length + count - 1, self.outlook
+        while True:
+            p, base, step = outlook.kept_at(n)
+            hi = min(outlook.span[1], end)
+            spans.append((hi - n + 1, p[0], p[1], base + step * n, step, p[3], p[4], p[5]))
+            if hi == end:
+                break
+            n = hi + 1
+        self.length = end
 
     def forget(self, phase: int) -> None:
         """The phase is retired: drop what is kept of it and of its runs as
@@ -298,7 +381,7 @@ class PhasePredictor:
             for context in [c for c in contexts if phase in c]:
                 del contexts[context]
             for runs in contexts.values():
-                if phase in runs.successors:
+                if runs.names(phase):
                     runs.drop_successor(phase)
         self._settle(phase)
 
@@ -372,6 +455,7 @@ class PhasePredictor:
                 contexts.move_to_end(context)
             while len(contexts) > CONTEXTS:
                 contexts.popitem(last=False)
+            self.lately.add(self.length, NONE)
             self.before = (self.before + (self.phase,))[len(self.before) + 1 - ORDER:]
         self.phase, self.length = phase, 1
         self._seen(phase)
@@ -380,12 +464,14 @@ class PhasePredictor:
     def _outlook(self, phase: int) -> _Outlook:
         contexts = self.memory.get(phase, {})
         levels = [contexts[c] for c in self._keys(self.before) if c in contexts]
-        return _Outlook(phase, levels, self.before[-1] if self.before else NONE)
+        return _Outlook(phase, levels, self.before[-1] if self.before else NONE,
+                        self.lately if PRIOR else None)
 
     @staticmethod
-    def _keys(before: tuple[int, ...]) -> list[tuple[int, ...]]:
+    @functools.lru_cache(maxsize=1024)
+    def _keys(before: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         """The contexts of a run, the most specific first."""
-        return [before[len(before) - k:] if k else () for k in range(len(before), -1, -1)]
+        return tuple(before[len(before) - k:] if k else () for k in range(len(before), -1, -1))
 
     def _contexts(self, phase: int) -> OrderedDict[tuple[int, ...], _Runs]:
         contexts = self.memory.get(phase)

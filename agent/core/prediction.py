@@ -55,39 +55,93 @@ class PredictionScore:
         self.stride = 1
 
     def add(self, phases: np.ndarray, predicted: Predictions) -> np.ndarray:
-        phases = np.asarray(phases, np.int64)
         """The phases of the next intervals and the predictions made on
         them; whether each interval's phase was the one predicted on the
         interval before (1, 0; -1 where there was none to score)."""
-        before = np.concatenate([[self.phase], phases[:-1]])
-        said_next = np.concatenate([[self.last_next], predicted.next_phase[:-1]])
-        said_after = np.concatenate([[self.last_after], predicted.after_change[:-1]])
+        phases = np.asarray(phases, np.int64)
+        before = np.empty(len(phases), np.int64)
+        before[0], before[1:] = self.phase, phases[:-1]
+        said = np.empty(len(phases), np.int64)
+        said[0], said[1:] = self.last_next, predicted.next_phase[:-1]
         scored = (phases >= 0) & (before >= 0)
-        right = scored & (said_next == phases)
-        change = scored & (phases != before)
-        changed_right = change & (said_after == phases)
-        self.next_right += int(right.sum())
-        self.next_wrong += int(scored.sum()) - int(right.sum())
-        self.foreseen += int((change & right).sum())
-        self.change_right += int(changed_right.sum())
-        self.change_wrong += int(change.sum()) - int(changed_right.sum())
-        self._runs(phases, before, predicted.remaining)
+        right = (said == phases) & scored
+        change = phases != before
+        scored_count, right_count = int(np.count_nonzero(scored)), int(np.count_nonzero(right))
+        self.next_right += right_count
+        self.next_wrong += scored_count - right_count
+        changes = np.flatnonzero(change & scored)
+        if len(changes):
+            self._changes(changes, phases, right, predicted.after_change)
+        self._runs(phases, np.flatnonzero(change), predicted.remaining)
         self.phase = int(phases[-1])
         self.last_next = int(predicted.next_phase[-1])
         self.last_after = int(predicted.after_change[-1])
-        return np.where(scored, right, -1).astype(np.int8)
+        return right.view(np.int8) - (~scored).view(np.int8)
 
-    def _runs(self, phases: np.ndarray, before: np.ndarray, remaining: np.ndarray) -> None:
-        """Each run's predictions of its remaining length kept until it ends."""
-        bounds = [0, *np.flatnonzero(phases != before).tolist(), len(phases)]
-        for k, (start, end) in enumerate(zip(bounds, bounds[1:])):
-            if k:               # a run ended before this one
-                self._run_ended()
-            if end > start and phases[start] >= 0:
-                at = self.run + 1 + np.arange(end - start)
-                keep = at % self.stride == 0
-                self._pend(at[keep], remaining[start:end][keep])
-                self.run += end - start
+    def _changes(self, changes: np.ndarray, phases: np.ndarray, right: np.ndarray,
+                 after_change: np.ndarray) -> None:
+        """The changes at ``changes``: foreseen where the next interval was
+        predicted right, and the phase after each as said on the interval before."""
+        said = after_change[changes - 1]
+        if changes[0] == 0:
+            said[0] = self.last_after
+        after_right = int(np.count_nonzero(said == phases[changes]))
+        self.foreseen += int(np.count_nonzero(right[changes]))
+        self.change_right += after_right
+        self.change_wrong += len(changes) - after_right
+
+    def _runs(self, phases: np.ndarray, starts: np.ndarray, remaining: np.ndarray) -> None:
+        """Each run's predictions of its remaining length kept until it
+        ends.  ``starts``: where a run starts in the block (its first
+        interval's phase differs from the one before).  The run going on
+        from the block before and the one going on into the next are kept
+        pending; the runs wholly inside the block are scored at once."""
+        n = len(phases)
+        first = int(starts[0]) if len(starts) else n
+        if first and phases[0] >= 0:
+            self._extend(remaining[:first], first)
+        if not len(starts):
+            return
+        predicted, true = self._run_ended()
+        if len(starts) > 1:
+            inside = self._inside(phases, starts, remaining)
+            predicted, true = [*predicted, inside[0]], [*true, inside[1]]
+        if predicted:
+            self._count_errors(np.concatenate(predicted), np.concatenate(true))
+        last = int(starts[-1])
+        if phases[last] >= 0:
+            self._extend(remaining[last:], n - last)
+
+    def _extend(self, remaining: np.ndarray, count: int) -> None:
+        """The current run goes on for ``count`` intervals."""
+        if self.stride == 1:
+            self._pend(np.arange(self.run + 1, self.run + 1 + count), remaining)
+        else:
+            at = np.arange(self.run + 1, self.run + 1 + count)
+            keep = at % self.stride == 0
+            self._pend(at[keep], remaining[keep])
+        self.run += count
+
+    @staticmethod
+    def _inside(phases: np.ndarray, starts: np.ndarray,
+                remaining: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The runs that start and end within the block: each interval's
+        predicted and true remaining length; a run of :data:`PENDING`
+        intervals or more thinned to every second one, as its predictions
+        would have been pending."""
+        lo, hi = int(starts[0]), int(starts[-1])
+        lengths = np.diff(starts)
+        true = np.repeat(starts[1:] - 1, lengths) - np.arange(lo, hi)
+        keep = phases[lo:hi] >= 0
+        if lengths.max() >= PENDING:
+            at = np.repeat(lengths, lengths) - true        # the position in the run, from 1
+            keep &= (np.repeat(lengths, lengths) < PENDING) | (at % 2 == 0)
+        return remaining[lo:hi][keep], true[keep]
+
+    def _count_errors(self, predicted: np.ndarray, true: np.ndarray) -> None:
+        error = np.abs(predicted.astype(np.float64) - true) / (true + 1.0)
+        bins = np.minimum((error / ERROR_BIN).astype(np.int64), len(self.errors) - 1)
+        self.errors += np.bincount(bins, minlength=len(self.errors))
 
     def _pend(self, at: np.ndarray, left: np.ndarray) -> None:
         self.pending_at.append(at)
@@ -99,16 +153,16 @@ class PredictionScore:
             self.pending_at, self.pending_left = [at[keep]], [left[keep]]
             self.pending, self.stride = int(keep.sum()), 2 * self.stride
 
-    def _run_ended(self) -> None:
+    def _run_ended(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The run going on has ended: its pending predictions of the
+        remaining length and the true ones."""
+        out: tuple[list, list] = ([], [])
         if self.pending:
-            at = np.concatenate(self.pending_at).astype(np.float64)
-            predicted = np.concatenate(self.pending_left).astype(np.float64)
-            true = self.run - at
-            error = np.abs(predicted - true) / (true + 1)
-            bins = np.minimum((error / ERROR_BIN).astype(np.int64), len(self.errors) - 1)
-            self.errors += np.bincount(bins, minlength=len(self.errors))
+            at = np.concatenate(self.pending_at)
+            out = ([np.concatenate(self.pending_left)], [self.run - at])
         self.pending_at, self.pending_left, self.pending = [], [], 0
         self.stride, self.run = 1, 0
+        return out
 
     @property
     def next_accuracy(self) -> float | None:
@@ -159,14 +213,18 @@ class PredictionTap(Sink):
             return
         predictor, score = self._stream(c.stream)
         phase = iv.phase
-        starts = np.flatnonzero(np.diff(phase, prepend=-2) | iv.new_phase).tolist()
-        rows = []
+        opens = iv.new_phase.copy()
+        opens[0] = True
+        opens[1:] |= phase[1:] != phase[:-1]
+        starts = np.flatnonzero(opens).tolist()
+        phase_at, new_phase = phase.tolist(), iv.new_phase.tolist()
+        spans: list = []
         for start, end in zip(starts, [*starts[1:], len(phase)]):
-            if iv.new_phase[start]:     # an id opened afresh (a daemon's slot taken again)
-                predictor.forget(int(phase[start]))
-            rows.append(predictor.observe_run(int(phase[start]), end - start))
-        iv.prediction = Predictions.of(np.concatenate(rows), (iv.t_end_ns - iv.t_start_ns) / 1e9)
-        iv.prediction.outcome = score.add(iv.phase, iv.prediction)
+            if new_phase[start]:        # an id opened afresh (a daemon's slot taken again)
+                predictor.forget(phase_at[start])
+            predictor.observe_spans(phase_at[start], end - start, spans)
+        iv.prediction = Predictions.of_spans(spans, (iv.t_end_ns - iv.t_start_ns) / 1e9)
+        iv.prediction.outcome = score.add(phase, iv.prediction)
         if self.live_phases is not None:
             live = self.live_phases(c.stream)
             if live is not None:

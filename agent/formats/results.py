@@ -91,21 +91,44 @@ def _prediction_columns(iv: Intervals, number, nothing: str) -> list[list[str]]:
     def ids(column):
         return [str(x) if x >= 0 else nothing for x in column.tolist()]
 
-    def confidences(column):
-        text = _confidence_texts()
-        at = np.where(known, np.rint(column * 10 ** CONFIDENCE_PLACES), -1).astype(np.int64)
-        return [text[k] if k >= 0 else nothing for k in at.tolist()]
+    text = _confidence_texts(nothing)       # its last: ``nothing``
+    scaled = np.rint(np.stack([pr.confidence_next, pr.confidence_after_change,
+                               pr.confidence_remaining]) * 10 ** CONFIDENCE_PLACES)
+    confidences = np.where(known, scaled, -1).astype(np.int64).tolist()
     return [ids(pr.next_phase), ids(pr.after_change), ids(pr.remaining),
-            [number(x) for x in pr.remaining_s.tolist()],
-            confidences(pr.confidence_next), confidences(pr.confidence_after_change),
-            confidences(pr.confidence_remaining)]
+            _numbers(pr.remaining_s, number),
+            *([text[k] for k in column] for column in confidences)]
+
+
+#: Below this many millionths, a value times 10^6 as a float is within 10^-3
+#: of the exact product, so it rounds as the exact value does unless that
+#: is within 10^-3 of a half.
+_EXACT_MILLIONTHS = 2.0 ** 42
+
+
+def _numbers(column: np.ndarray, number) -> list[str]:
+    """``number`` of each value: a finite one rounded to 6 places as Python
+    writes it.  The rounding is done on the whole column where it is
+    exact (the nearest whole number of millionths, found as a float, over
+    10^6 is the float ``round`` gives); a value near a half, too large or
+    not finite goes through ``number``."""
+    millionths = column * 1e6
+    whole = np.rint(millionths)
+    with np.errstate(invalid="ignore"):     # infinities and NaN are not plain
+        plain = (np.abs(millionths - whole) < 0.499) & (np.abs(millionths) < _EXACT_MILLIONTHS)
+    values = (whole / 1e6).tolist()
+    if plain.all():
+        return [repr(x) for x in values]
+    return [repr(x) if ok else number(x0)
+            for x, ok, x0 in zip(values, plain.tolist(), column.tolist())]
 
 
 @functools.cache
-def _confidence_texts() -> list[str]:
-    """Each confidence of :data:`CONFIDENCE_PLACES` places as JSON spells it."""
+def _confidence_texts(nothing: str) -> list[str]:
+    """Each confidence of :data:`CONFIDENCE_PLACES` places as JSON spells
+    it, then ``nothing`` (at -1: no confidence)."""
     scale = 10 ** CONFIDENCE_PLACES
-    return [repr(round(k / scale, CONFIDENCE_PLACES)) for k in range(scale + 1)]
+    return [repr(round(k / scale, CONFIDENCE_PLACES)) for k in range(scale + 1)] + [nothing]
 
 
 def json_lines(iv: Intervals) -> str:
