@@ -119,6 +119,16 @@ def test_report_names_each_program_s_phases_by_its_own_functions(two_programs, t
     assert_named_by_their_program(report_tops(trace, tmp_path / "report"), programs)
 
 
+def test_report_labels_the_code_signature_with_each_program_s_functions(two_programs,
+                                                                       tmp_path):
+    """The code signature's entries are found with each sample's process, as
+    the pipeline found them, and named by the functions in them."""
+    trace, _ = two_programs
+    checked("report", trace, "--out", tmp_path)
+    labels = set(re.findall(r'"(\w+) \(#\d+\)"', (tmp_path / "index.html").read_text()))
+    assert {f"{program}_{part}" for program in PROGRAMS for part in PARTS} <= labels, labels
+
+
 def test_diff_names_each_program_s_phases_by_its_own_functions(two_programs):
     trace, programs = two_programs
     tops_a, tops_b = diff_tops(trace, trace)
