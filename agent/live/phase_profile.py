@@ -31,7 +31,7 @@ from ..core.source import Sink
 from ..errors import UserError
 from ..formats import metadata as md
 from ..formats.pprof import ProfileBuilder, ProfileMapping, write_profile
-from .sample_names import each_process
+from .sample_names import each_process, naming
 from .symbolizer import KERNEL, Symbolizer
 
 if TYPE_CHECKING:
@@ -182,10 +182,11 @@ def _locations(builder: ProfileBuilder, symbolizer, pids: np.ndarray,
     pairs = np.unique(np.stack([pids.astype(np.uint64), ips.astype(np.uint64)]), axis=1) \
         if len(ips) else np.zeros((2, 0), np.uint64)
     location_of = {}
-    for pid, rows, process in each_process(of_process, pairs[0],
-                                           first=(0, getattr(symbolizer, "pid", None))):
-        location_of.update(((pid, ip), loc) for ip, loc in
-                           _process_locations(builder, process, pairs[1][rows]).items())
+    with naming(symbolizer):
+        for pid, rows, process in each_process(of_process, pairs[0],
+                                               first=(0, getattr(symbolizer, "pid", None))):
+            location_of.update(((pid, ip), loc) for ip, loc in
+                               _process_locations(builder, process, pairs[1][rows]).items())
     return location_of
 
 

@@ -13,7 +13,8 @@ given without the column (an older recording, a CSV trace).
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from contextlib import nullcontext
+from typing import Callable, ContextManager, Iterator
 
 import numpy as np
 
@@ -24,6 +25,13 @@ from .symbolizer import Symbolizer
 def owner_column(symbolizer) -> str | None:
     """The sample column whose values ``symbolizer`` keeps apart, or None."""
     return getattr(symbolizer, "owner_column", None)
+
+
+def naming(symbolizer) -> ContextManager:
+    """Held while names are read: a live tree learns mappings on a thread
+    of its own (its ``lock``), and an index into a process's mappings must
+    not outlive them."""
+    return getattr(symbolizer, "lock", None) or nullcontext()
 
 
 def each_process(of_owner: Callable[[int], Symbolizer], owners: np.ndarray, first=()
@@ -50,6 +58,7 @@ def sample_names(symbolizer, ips, owners=None, offsets: bool = True) -> np.ndarr
         return symbolizer.names(ips, offsets)
     owners = np.zeros(ips.shape, np.int64) if owners is None else np.asarray(owners)
     out = np.empty(ips.shape, dtype=object)
-    for _, rows, process in each_process(of_owner, owners):
-        out[rows] = process.names(ips[rows], offsets)
+    with naming(symbolizer):
+        for _, rows, process in each_process(of_owner, owners):
+            out[rows] = process.names(ips[rows], offsets)
     return out

@@ -103,6 +103,11 @@ class TreeSymbolizer:
     def pid(self) -> int | None:
         return self.root.pid
 
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while names are read (:func:`.sample_names.naming`)."""
+        return self._lock
+
     @_locked
     def watch(self, ips: np.ndarray, tids: np.ndarray) -> None:
         """Learn the mappings that a batch's IPs need, while their processes live."""
