@@ -14,10 +14,12 @@ import html
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from daemonutil import Daemon
 from test_run import phasewatch
 
 PARTS_C = Path(__file__).parent / "workloads" / "parts.c"
@@ -142,6 +144,20 @@ def test_replay_names_each_program_s_phases_by_its_own_functions(two_programs):
     tops = {row["phase"]: row["top_functions"][0]["name"]
             for row in summary["phases"] if row["top_functions"]}
     assert_named_by_their_program(tops, programs)
+
+
+def test_the_daemon_replaying_the_recording_names_each_program_s_phases(two_programs):
+    """phasewatchd --replay names phases by their functions (its ``phase_name``)."""
+    trace, _ = two_programs
+    wanted = {f"{program}_{part}" for program in PROGRAMS for part in PARTS}
+    with Daemon("--replay", trace, "--replay-speed", "0", "--no-catalog") as daemon:
+        daemon.wait_ready()
+        deadline, names = time.monotonic() + 60, set()
+        while time.monotonic() < deadline and not wanted <= names:
+            names = {name.partition("~")[0] for name in
+                     re.findall(r'phase_name="([^"]*)"', daemon.metrics_text())}
+            time.sleep(0.2)
+    assert wanted <= names, names
 
 
 # -- recordings from before the per-process rows ------------------------------
