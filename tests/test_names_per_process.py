@@ -17,10 +17,15 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from daemonutil import Daemon
 from test_run import phasewatch
+
+from phasewatch.formats.tracefiles import open_trace
+from phasewatch.live.sample_names import sample_names
+from phasewatch.live.tree_symbolizer import RecordedTree
 
 PARTS_C = Path(__file__).parent / "workloads" / "parts.c"
 PROGRAMS = ("alpha", "beta")
@@ -158,6 +163,23 @@ def test_the_daemon_replaying_the_recording_names_each_program_s_phases(two_prog
                      re.findall(r'phase_name="([^"]*)"', daemon.metrics_text())}
             time.sleep(0.2)
     assert wanted <= names, names
+
+
+def test_one_address_is_named_per_process_and_over_every_mapping_without_one(two_programs):
+    """The one naming path (sample_names over a recording): the same address
+    in alpha's process and in beta's gets each one's function; a sample of no
+    known process (pid 0) is named over every mapping, the one mapped last
+    taking the address, as every sample was before per-process rows."""
+    trace, _ = two_programs
+    source = open_trace(str(trace))
+    meta = source.metadata
+    source.close()
+    pid_of = {Path(row["path"]).name: row["pid"] for row in meta["mappings"]
+              if row.get("pid") is not None and Path(row["path"]).name in PROGRAMS}
+    address = symbol_addresses(trace.parent / "alpha")["alpha_hash"]
+    names = sample_names(RecordedTree(meta), np.full(3, address, np.uint64),
+                         np.array([pid_of["alpha"], pid_of["beta"], 0]), offsets=False)
+    assert names.tolist() == ["alpha_hash", "beta_hash", "beta_hash"], (names, pid_of)
 
 
 # -- recordings from before the per-process rows ------------------------------
