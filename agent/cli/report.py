@@ -29,7 +29,6 @@ from ..formats.labellings import number_problem, phase_problem, read_labels
 from ..formats.results import adjusted_rand_index
 from ..formats.tracefiles import open_trace
 from ..live.phase_functions import PhaseFunctions
-from ..live.symbolizer import Symbolizer
 from ..report.code_entries import CodeEntries
 from ..report.figure import FigureRecorder, PhaseFigure, with_truth
 from ..report.folder import phase_rows, write_report
@@ -62,7 +61,7 @@ def run(args) -> int:
         pipeline = pipeline_for(meta, settings_of(args, meta.get("detection")),
                                 tuple(meta.get("signals") or source.signals), warn)
         recorder = FigureRecorder.of(pipeline)
-        functions = PhaseFunctions(Symbolizer.from_metadata(meta)) if meta.get("mappings") else None
+        functions = PhaseFunctions.of_recording(meta) if meta.get("mappings") else None
         sinks = [recorder]
         if functions is not None:
             entries = CodeEntries(pipeline, functions.symbolizer)

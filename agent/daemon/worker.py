@@ -131,8 +131,7 @@ class Worker:
         if self.namer is not None or not self._replay_named():
             return self.namer
         from ..live.phase_functions import PhaseFunctions
-        from ..live.symbolizer import Symbolizer
-        return PhaseFunctions(Symbolizer.from_metadata(self.meta))
+        return PhaseFunctions.of_recording(self.meta)
 
     def _maps(self, pid: int | None, pipeline):
         """A process target's mappings, kept in step with its pipeline's code

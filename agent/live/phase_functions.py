@@ -9,9 +9,10 @@ Per phase, IPs are kept raw only up to ``fold_at``; then they are resolved to
 function names and added to per-name counts.  Memory is bounded by that cap
 and the number of distinct functions, not by the length of the run.
 
-As a sink it sees each batch before the pipeline does; over a process tree
-(a :class:`~.symbols.TreeSymbolizer`) the batch's thread ids go with its IPs,
-so that each IP is named in the mappings of its own process.
+As a sink it sees each batch before the pipeline does; where the symbolizer
+tells processes apart (a watched tree by thread, a recording by process:
+:mod:`.sample_names`), that column of the batch goes with its IPs, so that
+each IP is named in the mappings of its own process.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from ..core.batch import KERNEL_START, MISSING
 from ..core.distinct import distinct
 from ..core.pipeline import Intervals
 from ..core.source import Sink
+from .sample_names import owner_column, sample_names
 from .symbolizer import Symbolizer
-from .tree_symbolizer import TreeSymbolizer
+from .tree_symbolizer import RecordedTree, TreeSymbolizer
 
 FOLD_AT = 65536
 
@@ -34,28 +36,37 @@ class PhaseFunctions(Sink):
     """Per-phase sample counts by function, fed alongside the pipeline."""
 
     #: The trace columns it reads (a replay reads these besides the detector's).
-    columns = ("ip", "tid")
+    columns = ("ip", "tid", "pid")
 
-    def __init__(self, symbolizer: Symbolizer | TreeSymbolizer, fold_at: int = FOLD_AT):
+    def __init__(self, symbolizer: Symbolizer | TreeSymbolizer | RecordedTree,
+                 fold_at: int = FOLD_AT):
         self.symbolizer = symbolizer
+        self.owner = owner_column(symbolizer)
         self.fold_at = fold_at
         self._unassigned: list[np.ndarray] = []
         self._raw: dict[int, list[np.ndarray]] = {}
-        self._unassigned_tids: list[np.ndarray] = []
-        self._raw_tids: dict[int, list[np.ndarray]] = {}
+        self._unassigned_owners: list[np.ndarray] = []
+        self._raw_owners: dict[int, list[np.ndarray]] = {}
         self._raw_n: dict[int, int] = {}
         self._names: dict[int, Counter] = {}
         self._ips: dict[int, list[int]] = {}       # phase -> [samples with an IP, in kernel mode]
 
+    @classmethod
+    def of_recording(cls, meta: dict) -> "PhaseFunctions":
+        """Over a recording's mappings (its metadata with its side table),
+        each sample named in those of its own process."""
+        return cls(RecordedTree(meta))
+
     def batch(self, batch) -> None:
         """A batch about to be fed: its IPs wait for their intervals, with
-        their threads over a tree (whose processes' mappings are read while
-        they live)."""
+        their threads or processes where the symbolizer tells them apart (a
+        live tree's processes' mappings are read while they live)."""
         if "ip" not in batch:
             return
         self._unassigned.append(batch["ip"])
+        if self.owner is not None and self.owner in batch:
+            self._unassigned_owners.append(batch[self.owner])
         if "tid" in batch and isinstance(self.symbolizer, TreeSymbolizer):
-            self._unassigned_tids.append(batch["tid"])
             self.symbolizer.watch(batch["ip"], batch["tid"])
 
     def classified(self, c) -> None:
@@ -69,14 +80,14 @@ class PhaseFunctions(Sink):
         ends = np.cumsum(intervals.samples)
         assigned = rows[:ends[-1]]
         self._unassigned = [rows[ends[-1]:]]
-        tids = None
-        if self._unassigned_tids:
-            all_tids = np.concatenate(self._unassigned_tids)
-            tids, self._unassigned_tids = all_tids[:ends[-1]], [all_tids[ends[-1]:]]
+        owners = None
+        if self._unassigned_owners:
+            all_owners = np.concatenate(self._unassigned_owners)
+            owners, self._unassigned_owners = all_owners[:ends[-1]], [all_owners[ends[-1]:]]
         row_phase = np.repeat(intervals.phase, intervals.samples)
         for phase in distinct(intervals.phase).tolist():
             mine = row_phase == phase
-            self._keep(phase, assigned[mine], None if tids is None else tids[mine])
+            self._keep(phase, assigned[mine], None if owners is None else owners[mine])
 
     def top(self, phase: int, k: int = 3) -> list[tuple[str, float]]:
         """The ``k`` functions with most of the phase's samples, with their shares."""
@@ -96,10 +107,10 @@ class PhaseFunctions(Sink):
     def forget(self, phases) -> None:
         """Drop what is kept of these phases (the daemon's, once named or retired)."""
         for phase in phases:
-            for kept in (self._raw, self._raw_tids, self._raw_n, self._names, self._ips):
+            for kept in (self._raw, self._raw_owners, self._raw_n, self._names, self._ips):
                 kept.pop(phase, None)
 
-    def _keep(self, phase: int, ips: np.ndarray, tids: np.ndarray | None) -> None:
+    def _keep(self, phase: int, ips: np.ndarray, owners: np.ndarray | None) -> None:
         if len(ips) == 0:
             return
         counts = self._ips.setdefault(phase, [0, 0])
@@ -107,24 +118,22 @@ class PhaseFunctions(Sink):
         counts[0] += int(np.count_nonzero(placed))
         counts[1] += int(np.count_nonzero(placed & (ips >= KERNEL_START)))
         self._raw.setdefault(phase, []).append(ips)
-        if tids is not None:
-            self._raw_tids.setdefault(phase, []).append(tids)
+        if owners is not None:
+            self._raw_owners.setdefault(phase, []).append(owners)
         self._raw_n[phase] = self._raw_n.get(phase, 0) + len(ips)
         if self._raw_n[phase] >= self.fold_at:
             self._fold(phase)
 
     def _fold(self, phase: int) -> None:
         raw = self._raw.pop(phase, None)
-        raw_tids = self._raw_tids.pop(phase, None)
+        raw_owners = self._raw_owners.pop(phase, None)
         self._raw_n[phase] = 0
         if not raw:
             return
         self.symbolizer.snapshot()
-        ips = np.concatenate(raw)
-        if raw_tids is not None:
-            named = self.symbolizer.names(ips, np.concatenate(raw_tids), offsets=False)
-        else:
-            named = self.symbolizer.names(ips, offsets=False)
+        named = sample_names(self.symbolizer, np.concatenate(raw),
+                             None if raw_owners is None else np.concatenate(raw_owners),
+                             offsets=False)
         names, counts = np.unique(named, return_counts=True)
         self._names.setdefault(phase, Counter()).update(dict(zip(names.tolist(),
                                                                  counts.tolist())))

@@ -31,6 +31,7 @@ from ..core.source import Sink
 from ..errors import UserError
 from ..formats import metadata as md
 from ..formats.pprof import ProfileBuilder, ProfileMapping, write_profile
+from .sample_names import each_process, naming
 from .symbolizer import KERNEL, Symbolizer
 
 if TYPE_CHECKING:
@@ -180,13 +181,12 @@ def _locations(builder: ProfileBuilder, symbolizer, pids: np.ndarray,
     of_process = getattr(symbolizer, "of_process", lambda pid: symbolizer)
     pairs = np.unique(np.stack([pids.astype(np.uint64), ips.astype(np.uint64)]), axis=1) \
         if len(ips) else np.zeros((2, 0), np.uint64)
-    root = getattr(symbolizer, "pid", None)
-    groups = sorted(np.unique(pairs[0]).tolist(), key=lambda p: (p not in (0, root), p))
     location_of = {}
-    for pid in groups:
-        mine = pairs[1][pairs[0] == pid]
-        location_of.update(((pid, ip), loc) for ip, loc in
-                           _process_locations(builder, of_process(pid), mine).items())
+    with naming(symbolizer):
+        for pid, rows, process in each_process(of_process, pairs[0],
+                                               first=(0, getattr(symbolizer, "pid", None))):
+            location_of.update(((pid, ip), loc) for ip, loc in
+                               _process_locations(builder, process, pairs[1][rows]).items())
     return location_of
 
 

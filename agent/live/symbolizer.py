@@ -172,12 +172,9 @@ class Symbolizer:
 
     def _resolve_mapped(self, ips: np.ndarray, out: np.ndarray, offsets: bool) -> None:
         """Names of the IPs in known mappings (JIT code's: its anonymous mapping's)."""
-        starts = np.array([m.start for m in self._mappings], dtype=np.uint64)
-        ends = np.array([m.end for m in self._mappings], dtype=np.uint64)
-        which = np.searchsorted(starts, ips, side="right") - 1
-        inside = (which >= 0) & (ips < ends[np.maximum(which, 0)])
-        for index in distinct(which[inside]):
-            selected = inside & (which == index)
+        which = self.mapping_indices(ips)
+        for index in distinct(which[which >= 0]):
+            selected = which == index
             out[selected] = self._resolve_in(self._mappings[index], ips[selected], offsets)
 
     def _name_jit_code(self, ips: np.ndarray, out: np.ndarray) -> None:

@@ -45,6 +45,10 @@ class TreeSymbolizer:
     learnt, and ``/proc`` is no longer polled: the root's maps, read when
     it exec'd, hold what it mapped before the watch."""
 
+    #: Samples are told apart by thread (:mod:`.sample_names`): a ``kmod``
+    #: source gives no process.
+    owner_column = "tid"
+
     def __init__(self, root: Symbolizer):
         self.root = root
         self._by_pid: dict[int, Symbolizer] = {root.pid: root}
@@ -99,6 +103,11 @@ class TreeSymbolizer:
     def pid(self) -> int | None:
         return self.root.pid
 
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while names are read (:func:`.sample_names.naming`)."""
+        return self._lock
+
     @_locked
     def watch(self, ips: np.ndarray, tids: np.ndarray) -> None:
         """Learn the mappings that a batch's IPs need, while their processes live."""
@@ -129,11 +138,13 @@ class TreeSymbolizer:
         """The symbolizer of the process ``tid`` belongs to (the root's if it has gone)."""
         pid = self._pid_of.get(tid)
         if pid is None:
-            pid = process_of_thread(tid)
+            pid = process_of_thread(tid) if tid else None
             if pid is None:
                 return self.root
             self._pid_of[tid] = pid
         return self._of_process(pid)
+
+    of_owner = of_thread
 
     def _of_process(self, pid: int) -> Symbolizer:
         if pid not in self._by_pid:
@@ -155,27 +166,22 @@ class TreeSymbolizer:
             return self._by_pid.get(pid, self.root)
         return self._of_process(pid)
 
-    @_locked
-    def names(self, ips, tids=None, offsets: bool = True) -> np.ndarray:
-        """Function names of ``ips``, each resolved in the process of its thread."""
-        ips = np.asarray(ips, np.uint64)
-        if tids is None:
-            return self.root.names(ips, offsets)
-        tids = np.asarray(tids)
-        out = np.empty(ips.shape, dtype=object)
-        for tid in distinct(tids).tolist():
-            mine = tids == tid
-            out[mine] = self.of_thread(tid).names(ips[mine], offsets)
-        return out
-
 
 class RecordedTree:
     """Names the IPs of a recording per process, as :class:`TreeSymbolizer`
     did live: each process's own mappings (rows with its ``pid``, learnt
-    from perf's records) over those of every process (rows without one)."""
+    from perf's records) over those of every process (rows without one).
+    A sample of no known process (pid 0, or a trace without the ``pid``
+    column) is named over every row, one address space, as recordings were
+    named before they had per-process rows."""
+
+    #: Samples are told apart by process (:mod:`.sample_names`).
+    owner_column = "pid"
 
     def __init__(self, meta: dict):
         rows = [m for m in meta.get("mappings") or [] if isinstance(m, dict)]
+        self._all_rows = rows
+        self._merged: Symbolizer | None = None
         self.root = Symbolizer.from_metadata(
             {"mappings": [m for m in rows if m.get("pid") is None]})
         self.pid = None
@@ -185,7 +191,13 @@ class RecordedTree:
                 self._rows_of.setdefault(int(m["pid"]), []).append(m)
         self._by_pid: dict[int, Symbolizer] = {}
 
+    def snapshot(self) -> bool:
+        """Nothing to re-read: a recording's mappings are all known."""
+        return False
+
     def of_process(self, pid: int) -> Symbolizer:
+        if not pid:
+            return self._every_process()
         if pid not in self._rows_of:
             return self.root
         if pid not in self._by_pid:
@@ -196,3 +208,10 @@ class RecordedTree:
             symbolizer.add_mappings(own.mappings)
             self._by_pid[pid] = symbolizer
         return self._by_pid[pid]
+
+    of_owner = of_process
+
+    def _every_process(self) -> Symbolizer:
+        if self._merged is None:
+            self._merged = Symbolizer.from_metadata({"mappings": self._all_rows})
+        return self._merged

@@ -105,8 +105,7 @@ def phase_functions(meta: dict, signals):
     if not meta.get("mappings") or "ip" not in signals:
         return None
     from ..live.phase_functions import PhaseFunctions
-    from ..live.symbolizer import Symbolizer
-    return PhaseFunctions(Symbolizer.from_metadata(meta))
+    return PhaseFunctions.of_recording(meta)
 
 
 def replay_bb(path: str, options: ReplayOptions, inputs: list) -> Replayed:

@@ -12,8 +12,9 @@ import numpy as np
 from ..core.batch import SampleBatch
 from ..core.source import Sink
 from ..live.function_names import fit_name
+from ..live.sample_names import owner_column, sample_names
 from ..live.symbolizer import Symbolizer
-from ..live.tree_symbolizer import TreeSymbolizer
+from ..live.tree_symbolizer import RecordedTree, TreeSymbolizer
 
 #: A label's function name is fitted into this many characters: the
 #: figure's labels beside a heatmap leave it most of the width.
@@ -24,35 +25,37 @@ class CodeEntries(Sink):
     """A sink taking each batch just before the pipeline does (the code map
     is then the one the batch is classified with); ``names`` labels entries."""
 
-    def __init__(self, pipeline, symbolizer: Symbolizer | TreeSymbolizer):
+    def __init__(self, pipeline, symbolizer: Symbolizer | TreeSymbolizer | RecordedTree):
         self.pipeline = pipeline
         self.symbolizer = symbolizer
-        self._seen: dict[int, Counter] = defaultdict(Counter)    # entry -> (ip, tid) -> n
+        self.owner = owner_column(symbolizer)
+        self._seen: dict[int, Counter] = defaultdict(Counter)    # entry -> (ip, owner) -> n
 
     def batch(self, batch: SampleBatch) -> None:
         hist = self.pipeline.params.histograms
         if "ip" not in batch or len(batch) == 0 or hist.ip_signature == "fold":
             return
         ips = np.ascontiguousarray(batch["ip"])
-        tids = batch["tid"] if "tid" in batch else np.zeros(len(ips), np.int64)
+        owners = batch[self.owner] if self.owner is not None and self.owner in batch \
+            else np.zeros(len(ips), np.int64)
         for block, bits in enumerate((hist.code_region_bits, hist.code_line_bits)):
-            self._count(self._entries(batch, ips, bits, block), ips, tids)
+            self._count(self._entries(batch, ips, bits, block), ips, owners)
 
     def _entries(self, batch: SampleBatch, ips: np.ndarray, bits: int, block: int) -> np.ndarray:
         """Each IP's entry in the signature's ``block`` (regions, then lines)."""
         hist = self.pipeline.params.histograms
         entries = np.empty(len(ips), np.int32)
         self.pipeline.code_map.bins(ips, np.ascontiguousarray(batch["t_ns"]), bits,
-                                    hist.code_bins, entries)
+                                    hist.code_bins, entries, pids=batch.get("pid"))
         return np.where(entries >= 0, entries + block * hist.code_bins, -1)
 
-    def _count(self, entries: np.ndarray, ips: np.ndarray, tids) -> None:
+    def _count(self, entries: np.ndarray, ips: np.ndarray, owners) -> None:
         keys = np.stack([entries.astype(np.int64), ips.astype(np.int64),
-                         np.asarray(tids, np.int64)], axis=1)
+                         np.asarray(owners, np.int64)], axis=1)
         rows, counts = np.unique(keys, axis=0, return_counts=True)
-        for (entry, ip, tid), n in zip(rows.tolist(), counts.tolist()):
+        for (entry, ip, owner), n in zip(rows.tolist(), counts.tolist()):
             if entry >= 0:
-                self._seen[entry][(ip & 0xFFFFFFFFFFFFFFFF, tid)] += n
+                self._seen[entry][(ip & 0xFFFFFFFFFFFFFFFF, owner)] += n
 
     def names(self, entries) -> dict[int, str]:
         """A label per entry: the function with most of its samples (its name
@@ -64,11 +67,8 @@ class CodeEntries(Sink):
                 continue
             pairs = list(seen)
             ips = np.array([ip for ip, _ in pairs], np.uint64)
-            tids = np.array([tid for _, tid in pairs], np.int64)
-            if isinstance(self.symbolizer, TreeSymbolizer):
-                named = self.symbolizer.names(ips, tids, offsets=False)
-            else:
-                named = self.symbolizer.names(ips, offsets=False)
+            owners = np.array([owner for _, owner in pairs], np.int64)
+            named = sample_names(self.symbolizer, ips, owners, offsets=False)
             by_name: Counter = Counter()
             for name, pair in zip(named.tolist(), pairs):
                 by_name[name] += seen[pair]

@@ -34,7 +34,6 @@ from ..formats.energytable import read_energy_table
 from ..formats.tracefiles import open_trace
 from ..live.phase_functions import PhaseFunctions
 from ..live.phase_profile import period_ns_of
-from ..live.symbolizer import Symbolizer
 
 #: A pair whose seconds differ by more than this share has changed.
 TOLERANCE = 0.10
@@ -160,9 +159,9 @@ def run_phases(trace: str, given: Mapping[str, Any], warn) -> RunPhases:
         collector = _Collector(read_energy_table(trace))
         pipeline.keep_profiles()
         has_ips = "ip" in source.signals
-        functions = PhaseFunctions(Symbolizer.from_metadata(meta)) if has_ips else None
+        functions = PhaseFunctions.of_recording(meta) if has_ips else None
         if hasattr(source, "read_only"):
-            source.read_only(pipeline.columns | ({"ip"} if has_ips else set()))
+            source.read_only(pipeline.columns | set(functions.columns if functions else ()))
         Driver(pipeline, [collector] + ([functions] if functions else [])).run(source.batches())
     finally:
         source.close()
