@@ -231,9 +231,14 @@ def test_kernel_time_is_sampled_where_allowed_and_said_to_be_left_out_with_user_
     if os.geteuid() != 0 and int(Path("/proc/sys/kernel/perf_event_paranoid").read_text()) > 1:
         pytest.skip("sampling kernel mode needs root or perf_event_paranoid 1 or less")
     dd = ["--", "dd", "if=/dev/zero", "of=/dev/null", "bs=64k", "count=200000"]
-    proc = phasewatch("run", "--no-catalog", "--json", tmp_path / "k.json", *dd)
+    proc = phasewatch("run", "--no-catalog", "--json", tmp_path / "k.json",
+                      "--record", tmp_path / "k.arrow", *dd)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "k.json").read_text())
+    replayed = phasewatch("replay", "--json", tmp_path / "k.arrow")
+    assert replayed.returncode == 0, replayed.stderr
+    assert ([row["kernel_share"] for row in json.loads(replayed.stdout)["phases"]]
+            == [row["kernel_share"] for row in summary["phases"]])
     assert summary["kernel_sampled"] is True
     names = [f["name"] for row in summary["phases"] for f in row["top_functions"]]
     intervals = sum(row["intervals"] for row in summary["phases"])

@@ -105,6 +105,9 @@ def summary_json(replayed) -> dict:
         for row in out["phases"]:
             row["top_functions"] = [{"name": name, "share": share} for name, share
                                     in replayed.top_functions.get(row["phase"], [])]
+    for row in out["phases"]:
+        row["kernel_share"] = (replayed.kernel_shares.get(row["phase"])
+                               if replayed.kernel_shares is not None else None)
     return finite(out | {"prediction": replayed.prediction})
 
 
@@ -113,16 +116,20 @@ def show(replayed, json_out: bool) -> None:
     if json_out:
         print(json.dumps(summary_json(replayed), indent=2))
         return
-    from ..report.tables import phase_table, prediction_line, summary_lines  # rich: the table
+    from ..report.tables import kernel_column, phase_table, prediction_line, summary_lines
     out = rich_console()
     s = replayed.stats
     thr = f"{s.threshold:.3f}" + (" (adaptive)" if s.adaptive else "")
     out.print(f"{replayed.name}: {s.samples:,} samples, {replayed.summary.n_intervals} intervals "
               f"{s.interval}, detector {detector_label(s.detector, replayed.chosen)}, "
               f"threshold {thr}")
-    tops = replayed.top_functions
-    out.print(phase_table(replayed.summary, width=out.width, functions=None if tops is None else
-                          [tops.get(row["phase"], []) for row in replayed.summary.table()]))
+    tops, kernel = replayed.top_functions, replayed.kernel_shares
+    rows = replayed.summary.table()
+    out.print(phase_table(replayed.summary, width=out.width,
+                          extra_columns=kernel_column([kernel.get(r["phase"]) for r in rows])
+                          if kernel is not None else None,
+                          functions=None if tops is None else
+                          [tops.get(row["phase"], []) for row in rows]))
     for line in summary_lines(replayed.summary, s.dropped, s.implausible):
         out.print(line)
     if replayed.prediction:

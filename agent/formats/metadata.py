@@ -188,6 +188,11 @@ def _where(error: str) -> tuple[str, str]:
     return re.sub(r"\[(\d+)\]", r".\1", path.rstrip("`")).lstrip("$."), message
 
 
+def kernel_sampled(sampling: dict) -> bool:
+    """Whether a source's sampling (metadata, or its parts') took kernel mode too."""
+    return any(part.get("kernel") for part in [sampling, *sampling.get("parts", [])])
+
+
 def allowed_range(schema: type, field_path: str) -> str | None:
     """The bounds of the number at ``field_path`` (``a.0.b``) of ``schema``,
     as ``[low, high]``, or None where it is not a bounded number."""

@@ -248,7 +248,7 @@ class Watch:
             "interval": self.settings.interval.describe(),
             "signals": list(self.signals),
             "source": source.metadata["source"], "not_taken": source.metadata.get("not_taken", {}),
-            "kernel_sampled": kernel_sampled(source.metadata),
+            "kernel_sampled": md.kernel_sampled(source.metadata),
             "register_rate": register_rate_of(source),
             "missing_signals": missing_signals(self.signals),
             "samples_lost": {"ring": source.stats()["lost_samples"], "queue": feed.dropped_samples},
@@ -356,11 +356,6 @@ def load_kernels(settings: DetectionSettings, signals) -> None:
         batch["cpu"] = batch["tid"] = np.zeros(rows, np.int32)
         driver.take(SampleBatch(batch))
     driver.finish()
-
-
-def kernel_sampled(metadata: dict) -> bool:
-    """Whether the source sampled kernel mode too (``run --kernel``)."""
-    return any(part.get("kernel") for part in [metadata, *metadata.get("parts", [])])
 
 
 def missing_signals(signals) -> list[str]:

@@ -34,6 +34,9 @@ class Replayed:
     #: Each phase's top functions (name, share), where the trace carries its
     #: mappings; None where it does not.
     top_functions: dict[int, list[tuple[str, float]]] | None = None
+    #: Each phase's share of samples in kernel mode, where the recording
+    #: sampled kernel mode and carries IPs; None where not.
+    kernel_shares: dict[int, float | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,9 +93,11 @@ def replay_samples(path: str, options: ReplayOptions, warn, cpu: int | None,
         source.close()
     tops = None if functions is None else \
         {row["phase"]: functions.top(row["phase"], TOP_FUNCTIONS) for row in summary.table()}
+    kernel = None if functions is None or not md.kernel_sampled(meta.get("sampling") or {}) \
+        else {row["phase"]: functions.kernel_share(row["phase"]) for row in summary.table()}
     return Replayed(path if cpu is None else f"{path} CPU {cpu}", summary, pipeline.stats(),
                     failures, chosen=settings.detector, prediction=tap.summary(),
-                    top_functions=tops)
+                    top_functions=tops, kernel_shares=kernel)
 
 
 #: Functions named per phase.

@@ -7,13 +7,9 @@ from __future__ import annotations
 from ..collectors.registry import CHOICES
 from ..core.settings import detector_label
 from ..formats.results import finite, summary_dict
-from .tables import phase_table, prediction_line, summary_lines
+from .tables import kernel_column, phase_table, prediction_line, summary_lines
 
 TOP_FUNCTIONS = 3
-#: The table has a kernel column where a phase spends this share of its
-#: samples in kernel mode (a compute loop's interrupts are about 1 %; --json
-#: always has each phase's kernel_share).
-KERNEL_COLUMN_AT = 0.05
 
 
 def run_json(result) -> dict:
@@ -37,10 +33,9 @@ def run_lines(result, width: int | None = None) -> list:
     info, stats, summary = result.info, result.stats, result.summary
     tops = [result.functions.top(row["phase"], TOP_FUNCTIONS) for row in summary.table()]
     energy_columns = energy_cells(summary, result.energy) if result.energy is not None else {}
-    shares = kernel_shares(summary, result.functions) if info.get("kernel_sampled") else []
-    if any(share is not None and share >= KERNEL_COLUMN_AT for share in shares):
-        energy_columns = {"kernel": ["-" if share is None else f"{100 * share:.0f} %"
-                                     for share in shares], **energy_columns}
+    if info.get("kernel_sampled"):
+        energy_columns = {**kernel_column(kernel_shares(summary, result.functions)),
+                          **energy_columns}
     end = f"exit status {info['exit_status']}"
     if info["interrupted"]:
         end = "interrupted, " + end

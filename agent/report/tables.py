@@ -14,6 +14,19 @@ def _num(x: float, fmt: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
 
+#: A kernel column where a phase spends this share of its samples in kernel
+#: mode (a compute loop's interrupts are about 1 %; JSON always has each
+#: phase's kernel_share).
+KERNEL_COLUMN_AT = 0.05
+
+
+def kernel_column(shares: list[float | None]) -> dict[str, list[str]]:
+    """``{"kernel": cells}`` where a phase's kernel share calls for it, else {}."""
+    if not any(share is not None and share >= KERNEL_COLUMN_AT for share in shares):
+        return {}
+    return {"kernel": ["-" if share is None else f"{100 * share:.0f} %" for share in shares]}
+
+
 #: Phases the table shows at most (those with the most time); the JSON has all.
 TABLE_ROWS = 50
 
