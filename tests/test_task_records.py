@@ -190,6 +190,7 @@ def test_a_forked_child_has_its_parent_s_code_until_it_execs_another():
                TaskRecord("fork", 200, 11, 10, 11, 10),
                ExecRecord(300, 11, 11, "b"),
                MapRecord(301, 11, 11, 0x1000, 0x9000, 0x2000, "/bin/b", 2)])
+    assert sink.sync()                          # the code map built from the records
     ips = np.full(3, 0x1400, np.uint64)
     t = np.array([250, 400, 400], np.int64)
     pids = np.array([11, 11, 10], np.int32)
@@ -203,6 +204,7 @@ def test_a_forked_child_has_its_parent_s_code_until_it_execs_another():
     # A record read late never reaches back before a sample already classified.
     sink.batch(SampleBatch({"t_ns": np.array([1000], np.int64), "cpu": np.zeros(1, np.int32)}))
     sink.take([MapRecord(500, 12, 12, 0x1000, 0x2000, 0, "/bin/c", 3)])
+    sink.sync()
     assert pipeline.mappings[-1]["t_ns"] == 1001 and pipeline.mappings[-1]["pid"] == 12
 
 
