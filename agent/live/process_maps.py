@@ -178,6 +178,9 @@ class ProcessMappings(Sink):
                 self._now(r.pid, row)
                 new.append(row)
             elif isinstance(r, TaskRecord) and r.kind == "fork" and r.pid != r.ppid:
+                if r.pid in self.ended:     # the ended one's rows, kept so far, go first
+                    self._add(new)
+                    new = []
                 new += self._forked(r)
             elif isinstance(r, ExecRecord):
                 self.current.pop(r.pid, None)     # its address space was replaced
