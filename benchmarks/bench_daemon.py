@@ -10,7 +10,14 @@ Two modes, each run --repeat times:
     subscriber reading them all;
 ``live``
     the daemon samples every CPU of this host through the source registry
-    (``[source] kind = "perf"``), 200 ms intervals.
+    (``[source] kind = "perf"``), 200 ms intervals;
+``process``
+    the daemon watches one process target by command name (``commands``), a
+    shell script that runs children in a loop, learning their mappings from
+    perf's records: ``--children gzip`` (gzip of 3 MB, about 0.3 s a child
+    here: a script's everyday work) or ``--children true`` (/bin/true, as
+    fast as the shell forks: hundreds of processes a second).  Its CPU time
+    is divided by the CPUs of the host (the target's events are on each).
 
 After start-up (the first --warmup seconds), the daemon's own CPU time over
 --seconds of wall time, divided by the CPUs watched, two ways: summed over its
@@ -29,10 +36,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -68,13 +79,52 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def looping_script(folder: Path, children: str) -> Path:
+    """A script, named as no other process, that waits for a line on its
+    standard input and then runs ``children`` in a loop until killed."""
+    if children == "gzip":
+        data = folder / "data"
+        rng = random.Random(7)
+        words = [bytes(rng.choices(b"abcdefghij", k=rng.randint(3, 9))) for _ in range(2000)]
+        data.write_bytes(b" ".join(rng.choices(words, k=450_000)))
+        body = f"while :; do gzip -c {data} > /dev/null; done"
+    else:
+        body = "while :; do /bin/true; done"
+    path = folder / f"pwb{uuid.uuid4().hex[:8]}"
+    path.write_text(f"#!/bin/bash\nread go\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+def watched_by(metrics: str, target: str, timeout: float = 60.0) -> None:
+    """Wait until the daemon serving ``metrics`` shows ``target``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5) as r:
+                if f'target="{target}"' in r.read().decode():
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    sys.exit(f"bench_daemon: the daemon did not watch {target} within {timeout:g} s")
+
+
 def one_run(daemon: str, argv, seconds: float, warmup: float,
-            subscribe: bool) -> tuple[float, float, float]:
+            subscribe: bool, script: Path | None = None) -> tuple[float, float, float]:
     """CPU share by schedstat and by stat ticks, and the peak resident set."""
     zmq_port = free_port()
-    proc = subprocess.Popen([daemon, *argv, "--metrics", f"127.0.0.1:{free_port()}",
+    metrics = f"127.0.0.1:{free_port()}"
+    proc = subprocess.Popen([daemon, *argv, "--metrics", metrics,
                              "--zmq", f"tcp://127.0.0.1:{zmq_port}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    looping = None
+    if script is not None:
+        looping = subprocess.Popen([str(script)], stdin=subprocess.PIPE,
+                                   stdout=subprocess.DEVNULL, start_new_session=True)
+        watched_by(metrics, f"comm:{script.name}")
+        looping.stdin.write(b"go\n")
+        looping.stdin.close()
     sub = None
     if subscribe:
         sub = subprocess.Popen([str(Path(sys.executable).parent / "phasewatch"), "subscribe",
@@ -91,6 +141,9 @@ def one_run(daemon: str, argv, seconds: float, warmup: float,
     finally:
         proc.terminate()
         proc.wait()
+        if looping:
+            os.killpg(looping.pid, signal.SIGKILL)
+            looping.wait()
         if sub:
             sub.kill()
             sub.wait()
@@ -98,7 +151,9 @@ def one_run(daemon: str, argv, seconds: float, warmup: float,
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--mode", choices=("replay", "live"), default="replay")
+    p.add_argument("--mode", choices=("replay", "live", "process"), default="replay")
+    p.add_argument("--children", choices=("gzip", "true"), default="gzip",
+                   help="what the watched script runs in a loop (--mode process)")
     p.add_argument("--cpus", type=int, default=2, help="CPUs in the replayed trace")
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--warmup", type=float, default=8.0)
@@ -119,19 +174,28 @@ def main() -> int:
             samples = int((args.seconds + args.warmup + 10) * 1000)
             trace = write_trace(Path(tmp) / "t.arrow", cpus=args.cpus, samples=samples)
             argv, cpus = ["--replay", str(trace), "--replay-speed", "1"], args.cpus
-        else:
+        elif args.mode == "live":
             config = Path(tmp) / "live.toml"
             config.write_text('[source]\nkind = "perf"\n[detector]\nname = "vpf-ip"\n'
                               'interval_ms = 200\n')
+            argv, cpus = ["--config", str(config)], os.cpu_count()
+        else:
+            script = looping_script(Path(tmp), args.children)
+            config = Path(tmp) / "process.toml"
+            config.write_text(f'[source]\nkind = "perf"\n[targets]\ncpus = []\n'
+                              f'commands = ["{script.name}"]\nrescan_seconds = 0.5\n'
+                              '[detector]\nname = "vpf-ip"\ninterval_ms = 200\n')
             argv, cpus = ["--config", str(config)], os.cpu_count()
         with cpu_load(args.load, "bench_daemon"):
             for k in range(args.repeat):
                 for daemon, variant in daemons:
                     extra = {"catalogue on": ["--catalog", f"{tmp}/catalog-{k}.sqlite"],
                              "catalogue off": ["--no-catalog"], "": []}[variant]
-                    runs[daemon, variant].append(one_run(daemon, argv + extra, args.seconds,
-                                                         args.warmup, args.mode == "replay"))
-    print(f"phasewatchd {args.mode}, {cpus} CPUs at 1 kHz, {args.seconds:g} s after "
+                    runs[daemon, variant].append(one_run(
+                        daemon, argv + extra, args.seconds, args.warmup, args.mode == "replay",
+                        script if args.mode == "process" else None))
+    what = f"process, children {args.children}" if args.mode == "process" else args.mode
+    print(f"phasewatchd {what}, {cpus} CPUs at 1 kHz, {args.seconds:g} s after "
           f"{args.warmup:g} s start-up, {args.repeat} runs"
           + (", stress-ng on every core" if args.load else "") + "; median (min-max)")
     for daemon, variant in daemons:

@@ -26,6 +26,15 @@ which every process falls back to).  The records also go to ``tree`` (the
 :class:`~.tree_symbolizer.TreeSymbolizer` naming functions), so names come
 from the same mappings.
 
+A watched tree may start processes without end (a shell loop, ``make``, a
+server forking a child per request, watched by the daemon for weeks), so
+the rows of an ended process (its ``PERF_RECORD_EXIT``) go once no sample
+can still need them (:meth:`ProcessMappings._prune`), at most
+:data:`MAX_PROCESSES` processes' rows are kept, and the code map is rebuilt
+only for a batch with a sample of a process whose rows changed, from the
+rows of the processes still running and of those sampled.  The recording's
+side table keeps every row: replay places every sample as the live run did.
+
 Without records the code map is one address space: where CMD starts other
 processes, their mappings are read from ``/proc/TID/maps`` of the sampled
 threads and merged in, a later mapping taking over the addresses of an
