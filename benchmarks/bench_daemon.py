@@ -79,24 +79,36 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def looping_script(folder: Path, children: str) -> Path:
-    """A script, named as no other process, that waits for a line on its
-    standard input and then runs ``children`` in a loop until killed."""
+def loop_body(folder: Path, children: str) -> str:
+    """The shell loop that runs ``children`` until killed."""
     if children == "gzip":
         data = folder / "data"
         rng = random.Random(7)
         words = [bytes(rng.choices(b"abcdefghij", k=rng.randint(3, 9))) for _ in range(2000)]
         data.write_bytes(b" ".join(rng.choices(words, k=450_000)))
-        body = f"while :; do gzip -c {data} > /dev/null; done"
-    else:
-        body = "while :; do /bin/true; done"
+        return f"while :; do gzip -c {data} > /dev/null; done"
+    return "while :; do /bin/true; done"
+
+
+def looping_script(folder: Path, body: str) -> Path:
+    """A script named as no other process (each run its own name, its own
+    target), that waits for a line on its standard input and then runs
+    ``body``."""
     path = folder / f"pwb{uuid.uuid4().hex[:8]}"
     path.write_text(f"#!/bin/bash\nread go\n{body}\n")
     path.chmod(0o755)
     return path
 
 
-def watched_by(metrics: str, target: str, timeout: float = 60.0) -> None:
+def process_config(folder: Path, script: Path) -> Path:
+    config = folder / f"{script.name}.toml"
+    config.write_text(f'[source]\nkind = "perf"\n[targets]\ncpus = []\n'
+                      f'commands = ["{script.name}"]\nrescan_seconds = 0.5\n'
+                      '[detector]\nname = "vpf-ip"\ninterval_ms = 200\n')
+    return config
+
+
+def watched_by(metrics: str, target: str, timeout: float = 180.0) -> None:
     """Wait until the daemon serving ``metrics`` shows ``target``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -112,25 +124,26 @@ def watched_by(metrics: str, target: str, timeout: float = 60.0) -> None:
 
 def one_run(daemon: str, argv, seconds: float, warmup: float,
             subscribe: bool, script: Path | None = None) -> tuple[float, float, float]:
-    """CPU share by schedstat and by stat ticks, and the peak resident set."""
+    """CPU share by schedstat and by stat ticks, and the peak resident set;
+    ``script``: the process target's, run once the daemon watches it."""
     zmq_port = free_port()
     metrics = f"127.0.0.1:{free_port()}"
     proc = subprocess.Popen([daemon, *argv, "--metrics", metrics,
                              "--zmq", f"tcp://127.0.0.1:{zmq_port}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    looping = None
-    if script is not None:
-        looping = subprocess.Popen([str(script)], stdin=subprocess.PIPE,
-                                   stdout=subprocess.DEVNULL, start_new_session=True)
-        watched_by(metrics, f"comm:{script.name}")
-        looping.stdin.write(b"go\n")
-        looping.stdin.close()
-    sub = None
+    looping = sub = None
     if subscribe:
         sub = subprocess.Popen([str(Path(sys.executable).parent / "phasewatch"), "subscribe",
                                 "interval.", "phase.", "--endpoint",
                                 f"tcp://127.0.0.1:{zmq_port}"], stdout=subprocess.DEVNULL)
     try:
+        if script is not None:
+            looping = subprocess.Popen([str(script)], stdin=subprocess.PIPE,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                       start_new_session=True)
+            watched_by(metrics, f"comm:{script.name}")
+            looping.stdin.write(b"go\n")
+            looping.stdin.close()
         time.sleep(warmup)
         if proc.poll() is not None:
             sys.exit(f"bench_daemon: {daemon} {' '.join(argv)} exited {proc.returncode}")
@@ -180,20 +193,20 @@ def main() -> int:
                               'interval_ms = 200\n')
             argv, cpus = ["--config", str(config)], os.cpu_count()
         else:
-            script = looping_script(Path(tmp), args.children)
-            config = Path(tmp) / "process.toml"
-            config.write_text(f'[source]\nkind = "perf"\n[targets]\ncpus = []\n'
-                              f'commands = ["{script.name}"]\nrescan_seconds = 0.5\n'
-                              '[detector]\nname = "vpf-ip"\ninterval_ms = 200\n')
-            argv, cpus = ["--config", str(config)], os.cpu_count()
+            body = loop_body(Path(tmp), args.children)
+            argv, cpus = [], os.cpu_count()
         with cpu_load(args.load, "bench_daemon"):
             for k in range(args.repeat):
                 for daemon, variant in daemons:
                     extra = {"catalogue on": ["--catalog", f"{tmp}/catalog-{k}.sqlite"],
                              "catalogue off": ["--no-catalog"], "": []}[variant]
+                    script = None
+                    if args.mode == "process":
+                        script = looping_script(Path(tmp), body)
+                        argv = ["--config", str(process_config(Path(tmp), script))]
                     runs[daemon, variant].append(one_run(
                         daemon, argv + extra, args.seconds, args.warmup, args.mode == "replay",
-                        script if args.mode == "process" else None))
+                        script))
     what = f"process, children {args.children}" if args.mode == "process" else args.mode
     print(f"phasewatchd {what}, {cpus} CPUs at 1 kHz, {args.seconds:g} s after "
           f"{args.warmup:g} s start-up, {args.repeat} runs"

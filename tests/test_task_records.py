@@ -27,6 +27,8 @@ from phasewatch.core.batch import SampleBatch
 from phasewatch.core.codemap import CodeMap, code_bins_reference
 from phasewatch.live import process_maps
 from phasewatch.live.process_maps import ProcessMappings
+from phasewatch.live.symbolizer import Symbolizer
+from phasewatch.live.tree_symbolizer import TreeSymbolizer
 
 BIN = Path(sys.executable).parent / "phasewatch"
 
@@ -260,6 +262,29 @@ def test_processes_kept_are_bounded_where_their_ends_are_not_heard():
         sink.take([MapRecord(pid, pid, pid, 0x1000, 0x9000, 0, f"/bin/{pid}", pid)])
     assert sink.processes == 4 and sink.row_count == 4
     assert set(sink.rows_of) == {27, 28, 29, 30}        # those heard of last
+
+
+def test_a_long_watched_tree_names_children_from_their_records_and_forgets_the_ended():
+    """The daemon's tree symbolizer: each child from its own records, the
+    ended ones forgotten past ``keep_ended``, never a new process given an
+    ended one's number."""
+    root = Symbolizer(10)
+    tree = TreeSymbolizer(root, keep_ended=2)
+    records = []
+    for pid in range(11, 16):
+        records += [TaskRecord("fork", pid * 100, pid, 10, pid, 10),
+                    MapRecord(pid * 100 + 1, pid, pid, 0x1000, 0x9000, 0, f"/bin/p{pid}", pid),
+                    TaskRecord("exit", pid * 100 + 50, pid, 10, pid, 10)]
+    tree.learn_records(records)
+    assert tree.processes == 3                  # the root and the last two ended
+    assert [m.path for m in tree.of_process(15).mappings] == ["/bin/p15"]
+    assert tree.of_process(11) is root          # forgotten
+    tree.learn_records([TaskRecord("fork", 2000, 15, 10, 15, 10),     # 15's number again
+                        MapRecord(2001, 15, 15, 0x1000, 0x9000, 0, "/bin/new", 99)]
+                       + [r for pid in (21, 22) for r in (
+                           TaskRecord("fork", 3000 + pid, pid, 10, pid, 10),
+                           TaskRecord("exit", 3100 + pid, pid, 10, pid, 10))])
+    assert [m.path for m in tree.of_process(15).mappings] == ["/bin/new"]
 
 
 # -- whole runs ----------------------------------------------------------------

@@ -33,6 +33,15 @@ MAX_NEW_THREADS = 16
 #: Processes, and threads, known at most where ended ones are forgotten.
 MAX_KNOWN = 4096
 
+#: Runs of mappings a process keeps unmerged, at most (then they are merged).
+MAX_RUNS = 64
+
+
+class _Learnt(list):
+    """The mappings a process made, as perf's records gave them: runs of
+    mappings not yet merged into a symbolizer, which is built when one of its
+    IPs is first named (most children of a forking tree never are)."""
+
 
 class TreeSymbolizer:
     """Resolves the IPs of a watched process tree, each thread's in the
@@ -57,12 +66,14 @@ class TreeSymbolizer:
 
     def __init__(self, root: Symbolizer, keep_ended: int | None = None):
         self.root = root
-        self._by_pid: dict[int, Symbolizer] = {root.pid: root}
+        self._by_pid: dict[int, Symbolizer | _Learnt] = {root.pid: root}
         self._pid_of: dict[int, int] = {root.pid: root.pid}
         self._exe_of: dict[int, str] = {}
         self.from_records = False
         self.keep_ended = keep_ended
-        self._ended: deque[tuple] = deque()    # (pid, tid, its symbolizer), oldest first
+        self._ended: deque[tuple] = deque()    # (pid, tid, its fork), oldest first
+        self._forks = 0
+        self._fork_of: dict[int, int] = {}      # pid -> the fork that made it (keep_ended)
         # learn_tree runs on a thread of its own (live.tree_watch)
         self._lock = threading.RLock()
 
@@ -86,8 +97,15 @@ class TreeSymbolizer:
         self.from_records = True
         for record in records:
             self._pid_of.setdefault(record.tid, record.pid)
-        self._recorded(records[0].pid).add_mappings(
-            [Mapping(r.start, r.end, r.offset, r.path, r.inode) for r in records])
+        pid = records[0].pid
+        run = [Mapping(r.start, r.end, r.offset, r.path, r.inode) for r in records]
+        known = self._by_pid.setdefault(pid, _Learnt())
+        if isinstance(known, Symbolizer):
+            known.add_mappings(run)
+            return
+        known.append(run)
+        if len(known) > MAX_RUNS:
+            self._built(pid)
 
     @_locked
     def learn_record(self, record) -> None:
@@ -101,27 +119,29 @@ class TreeSymbolizer:
             self._pid_of[record.tid] = record.pid
             if self.keep_ended is not None and record.pid != record.ppid:
                 self._by_pid.pop(record.pid, None)      # an ended process's number again
+                self._forks += 1
+                self._fork_of[record.pid] = self._forks
             if record.pid != record.ppid and record.pid not in self._by_pid:
-                child = self._recorded(record.pid)
                 parent = self._by_pid.get(record.ppid)
-                if parent is not None:
-                    child.add_mappings(parent.mappings)
+                self._by_pid[record.pid] = (
+                    _Learnt([parent.mappings]) if isinstance(parent, Symbolizer)
+                    else _Learnt(parent or ()))
         elif isinstance(record, TaskRecord) and self.keep_ended is not None:
-            self._ended.append((record.pid, record.tid, self._by_pid.get(record.pid)))
+            self._ended.append((record.pid, record.tid, self._fork_of.get(record.pid)))
             self._forget_ended()
 
     def _forget_ended(self) -> None:
         """The oldest ended threads and processes beyond ``keep_ended``, and
         any beyond a bound where their EXIT records were lost."""
         while len(self._ended) > self.keep_ended:
-            pid, tid, symbolizer = self._ended.popleft()
+            pid, tid, fork = self._ended.popleft()
             if self._pid_of.get(tid) == pid and tid != self.root.pid:
                 del self._pid_of[tid]
-            # not the symbolizer of a new process given the same number since
-            if (pid == tid and pid != self.root.pid and symbolizer is not None
-                    and self._by_pid.get(pid) is symbolizer):
-                del self._by_pid[pid]
-        for known in (self._pid_of, self._by_pid):
+            # not a new process given the same number since
+            if pid == tid and pid != self.root.pid and self._fork_of.get(pid) == fork:
+                self._by_pid.pop(pid, None)
+                self._fork_of.pop(pid, None)
+        for known in (self._pid_of, self._by_pid, self._fork_of):
             while len(known) > MAX_KNOWN:
                 oldest = next(iter(known))
                 if oldest == self.root.pid:
@@ -200,13 +220,19 @@ class TreeSymbolizer:
     def _of_process(self, pid: int) -> Symbolizer:
         if pid not in self._by_pid:
             self._by_pid[pid] = Symbolizer.from_pid(pid)
-        return self._by_pid[pid]
+        return self._built(pid)
 
-    def _recorded(self, pid: int) -> Symbolizer:
-        """The symbolizer of ``pid``, made without reading its maps (its records give them)."""
-        if pid not in self._by_pid:
-            self._by_pid[pid] = Symbolizer(pid, kernel_names=True)
-        return self._by_pid[pid]
+    def _built(self, pid: int) -> Symbolizer:
+        """The symbolizer of known process ``pid``, its learnt runs merged in
+        order (without reading its maps: its records gave them)."""
+        known = self._by_pid[pid]
+        if isinstance(known, Symbolizer):
+            return known
+        symbolizer = Symbolizer(pid, kernel_names=True)
+        for run in known:
+            symbolizer.add_mappings(run)
+        self._by_pid[pid] = symbolizer
+        return symbolizer
 
     @_locked
     def of_process(self, pid: int) -> Symbolizer:
@@ -214,7 +240,7 @@ class TreeSymbolizer:
         if not pid or pid == self.root.pid:
             return self.root
         if self.from_records:
-            return self._by_pid.get(pid, self.root)
+            return self._built(pid) if pid in self._by_pid else self.root
         return self._of_process(pid)
 
     @_locked
