@@ -35,6 +35,7 @@ runs ``stress-ng --cpu 0`` (every core) meanwhile.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import signal
@@ -108,6 +109,15 @@ def process_config(folder: Path, script: Path) -> Path:
     return config
 
 
+def exited(metrics: str, target: str) -> float:
+    """The target's processes seen to end so far (nan: a daemon without the counter)."""
+    with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(f'phasewatch_processes_exited_total{{target="{target}"}}'):
+                return float(line.rsplit(" ", 1)[1])
+    return math.nan
+
+
 def watched_by(metrics: str, target: str, timeout: float = 180.0) -> None:
     """Wait until the daemon serving ``metrics`` shows ``target``."""
     deadline = time.monotonic() + timeout
@@ -147,10 +157,14 @@ def one_run(daemon: str, argv, seconds: float, warmup: float,
         time.sleep(warmup)
         if proc.poll() is not None:
             sys.exit(f"bench_daemon: {daemon} {' '.join(argv)} exited {proc.returncode}")
+        target = f"comm:{script.name}" if script is not None else None
+        e0 = exited(metrics, target) if target else math.nan
         s0, c0, t0 = schedstat_seconds(proc.pid), cpu_seconds(proc.pid), time.monotonic()
         time.sleep(seconds)
         s1, c1, t1 = schedstat_seconds(proc.pid), cpu_seconds(proc.pid), time.monotonic()
-        return (s1 - s0) / (t1 - t0), (c1 - c0) / (t1 - t0), peak_rss_mib(proc.pid)
+        e1 = exited(metrics, target) if target else math.nan
+        return ((s1 - s0) / (t1 - t0), (c1 - c0) / (t1 - t0), peak_rss_mib(proc.pid),
+                (e1 - e0) / (t1 - t0))
     finally:
         proc.terminate()
         proc.wait()
@@ -218,9 +232,13 @@ def main() -> int:
 
 def report(daemon: str, runs, cpus: int) -> None:
     print(f"{daemon}:")
-    print(f"  CPU per watched CPU, % of a core (schedstat)   {spread(100 * s / cpus for s, _, _ in runs)}")
-    print(f"  CPU per watched CPU, % of a core (stat ticks)  {spread(100 * c / cpus for _, c, _ in runs)}")
-    print(f"  peak resident set, MiB                         {spread(r for _, _, r in runs)}")
+    print(f"  CPU per watched CPU, % of a core (schedstat)   {spread(100 * r[0] / cpus for r in runs)}")
+    print(f"  CPU per watched CPU, % of a core (stat ticks)  {spread(100 * r[1] / cpus for r in runs)}")
+    print(f"  peak resident set, MiB                         {spread(r[2] for r in runs)}")
+    if not any(math.isnan(r[3]) for r in runs):     # a process target's children
+        print(f"  children ended a second                        {spread(r[3] for r in runs)}")
+        print(f"  CPU per child ended, µs (schedstat)            "
+              f"{spread(1e6 * r[0] / r[3] for r in runs if r[3])}")
 
 
 if __name__ == "__main__":
