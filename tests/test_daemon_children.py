@@ -124,7 +124,7 @@ def test_a_target_forking_thousands_of_children_keeps_its_mappings_bounded(tmp_p
             processes.append(daemon.metric("phasewatch_processes", target=target))
             time.sleep(0.1)
         assert proc.returncode == 0
-        exited = daemon.wait_metric("phasewatch_processes_exited_total", lambda v: v >= 2900,
+        exited = daemon.wait_metric("phasewatch_processes_exited_total", lambda v: v >= 2500,
                                     timeout=60, target=target)
         rows.append(daemon.metric("phasewatch_process_mappings", target=target))
     print(f"{exited:.0f} children ended; rows kept at most {max(rows):.0f}, "

@@ -313,5 +313,5 @@ class ProcessMappings(Sink):
 
     @staticmethod
     def _key(row: dict) -> tuple:
-        return (int(row["start"]), int(row["end"]), int(row.get("offset", 0)), row.get("path", ""),
+        return (row["start"], row["end"], row.get("offset", 0), row.get("path", ""),
                 row.get("pid"))
