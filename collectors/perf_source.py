@@ -125,6 +125,7 @@ class PerfSource:
         self.records: TaskRecords | None = None
         self._task_records = task_records and pid is not None
         self._poll_ms = poll_ms
+        self._pages = pages
         self._closed = False
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._pidfd = _pidfd_of(pid)
@@ -261,14 +262,25 @@ class PerfSource:
         if not leader:
             return pe.Attr(etype, config, flags=flags)
         flags |= {"disabled", "sample_id_all"}
+        wakeup = self.wakeup
         if self._task_records:
             flags |= {"mmap", "mmap2", "comm", "comm_exec", "task"}
+            # Woken by the bytes in the ring, records too, not by samples
+            # alone: a tree forking hundreds of short children a second
+            # fills the ring with their records between two samples.
+            flags.add("watermark")
+            wakeup = self._wakeup_bytes(members)
         if self.enable_on_exec:
             flags.add("enable_on_exec")
         return pe.Attr(etype, config, sample_period=self._period,
                        sample_type=self._sample_type(members),
                        read_format=pe.FORMAT_GROUP if members else 0,
-                       wakeup_events=self.wakeup, flags=flags)
+                       wakeup_events=wakeup, flags=flags)
+
+    def _wakeup_bytes(self, members) -> int:
+        """The bytes of ``wakeup`` samples, within half the ring."""
+        size = pe.sample_dtype(self._sample_type(members), 1 + len(members)).itemsize
+        return min(self.wakeup * size, self._pages * mmap.PAGESIZE // 2)
 
     def _open_group(self, name: str, members, tid: int, cpu: int) -> _Group:
         leader = pe.perf_event_open(self._attr(name, True, members), tid, cpu)

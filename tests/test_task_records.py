@@ -25,7 +25,10 @@ from phasewatch.collectors.perf_records import ExecRecord, MapRecord, TaskRecord
 from phasewatch.collectors.perf_source import PerfSource
 from phasewatch.core.batch import SampleBatch
 from phasewatch.core.codemap import CodeMap, code_bins_reference
+from phasewatch.live import process_maps
 from phasewatch.live.process_maps import ProcessMappings
+from phasewatch.live.symbolizer import Symbolizer
+from phasewatch.live.tree_symbolizer import TreeSymbolizer
 
 BIN = Path(sys.executable).parent / "phasewatch"
 
@@ -190,6 +193,7 @@ def test_a_forked_child_has_its_parent_s_code_until_it_execs_another():
                TaskRecord("fork", 200, 11, 10, 11, 10),
                ExecRecord(300, 11, 11, "b"),
                MapRecord(301, 11, 11, 0x1000, 0x9000, 0x2000, "/bin/b", 2)])
+    assert sink.sync()                          # the code map built from the records
     ips = np.full(3, 0x1400, np.uint64)
     t = np.array([250, 400, 400], np.int64)
     pids = np.array([11, 11, 10], np.int32)
@@ -203,7 +207,84 @@ def test_a_forked_child_has_its_parent_s_code_until_it_execs_another():
     # A record read late never reaches back before a sample already classified.
     sink.batch(SampleBatch({"t_ns": np.array([1000], np.int64), "cpu": np.zeros(1, np.int32)}))
     sink.take([MapRecord(500, 12, 12, 0x1000, 0x2000, 0, "/bin/c", 3)])
+    sink.sync()
     assert pipeline.mappings[-1]["t_ns"] == 1001 and pipeline.mappings[-1]["pid"] == 12
+
+
+def samples_at(t_ns, pids) -> SampleBatch:
+    return SampleBatch({"t_ns": np.array(t_ns, np.int64), "pid": np.array(pids, np.int32),
+                        "cpu": np.zeros(len(t_ns), np.int32)})
+
+
+def test_an_ended_process_s_rows_go_once_no_sample_can_still_need_them():
+    """Rows of a process stay while a sample of it may still come (its
+    EXIT record less than the grace before the samples read), then go; a
+    late sample of it, read after its EXIT, is still placed in its code."""
+    pipeline = RowsOnly()
+    queue = []
+    sink = ProcessMappings(10, pipeline, read=lambda pid: [], records=lambda: queue[:])
+    grace = process_maps.EXIT_GRACE_NS
+    queue[:] = [TaskRecord("fork", 100, 11, 10, 11, 10),
+                MapRecord(110, 11, 11, 0x1000, 0x9000, 0, "/bin/b", 2),
+                TaskRecord("exit", 1_000, 11, 10, 11, 10)]
+    sink.batch(samples_at([500, 900], [10, 10]))
+    queue.clear()
+    assert sink.row_count == 1 and sink.processes == 1
+    assert all(r.get("pid") != 11 for r in pipeline.mappings)   # ended, not sampled: not built in
+    sink.batch(samples_at([950, 1_000 + grace], [11, 10]))      # its last sample, read late
+    assert any(r.get("pid") == 11 for r in pipeline.mappings)
+    out = np.empty(1, np.int32)
+    pipeline.code_map.bins(np.array([0x1400], np.uint64), np.array([950], np.int64), 12, 1 << 20,
+                           out, unmapped=False, pids=np.array([11], np.int32))
+    assert out[0] >= 0
+    assert sink.row_count == 1                  # within the grace of the samples read
+    sink.batch(samples_at([1_001 + grace], [10]))
+    assert sink.row_count == 0 and sink.processes == 0
+    assert sink.exited == 1
+
+
+def test_a_process_number_taken_again_starts_from_no_rows_of_the_ended_one():
+    pipeline = RowsOnly()
+    sink = ProcessMappings(10, pipeline, read=lambda pid: [], records=lambda: [])
+    sink.take([TaskRecord("fork", 100, 11, 10, 11, 10),
+               MapRecord(110, 11, 11, 0x1000, 0x9000, 0, "/bin/b", 2),
+               TaskRecord("exit", 200, 11, 10, 11, 10),
+               TaskRecord("fork", 300, 11, 10, 11, 10),
+               MapRecord(310, 11, 11, 0x20000, 0x28000, 0, "/bin/c", 3)])
+    sink.sync(np.array([11]))
+    assert [r["path"] for r in pipeline.mappings if r.get("pid") == 11] == ["/bin/c"]
+
+
+def test_processes_kept_are_bounded_where_their_ends_are_not_heard():
+    pipeline = RowsOnly()
+    sink = ProcessMappings(10, pipeline, read=lambda pid: [], records=lambda: [], max_processes=4)
+    for pid in range(11, 31):
+        sink.take([MapRecord(pid, pid, pid, 0x1000, 0x9000, 0, f"/bin/{pid}", pid)])
+    assert sink.processes == 4 and sink.row_count == 4
+    assert set(sink.rows_of) == {27, 28, 29, 30}        # those heard of last
+
+
+def test_a_long_watched_tree_names_children_from_their_records_and_forgets_the_ended():
+    """The daemon's tree symbolizer: each child from its own records, the
+    ended ones forgotten past ``keep_ended``, never a new process given an
+    ended one's number."""
+    root = Symbolizer(10)
+    tree = TreeSymbolizer(root, keep_ended=2)
+    records = []
+    for pid in range(11, 16):
+        records += [TaskRecord("fork", pid * 100, pid, 10, pid, 10),
+                    MapRecord(pid * 100 + 1, pid, pid, 0x1000, 0x9000, 0, f"/bin/p{pid}", pid),
+                    TaskRecord("exit", pid * 100 + 50, pid, 10, pid, 10)]
+    tree.learn_records(records)
+    assert tree.processes == 3                  # the root and the last two ended
+    assert [m.path for m in tree.of_process(15).mappings] == ["/bin/p15"]
+    assert tree.of_process(11) is root          # forgotten
+    tree.learn_records([TaskRecord("fork", 2000, 15, 10, 15, 10),     # 15's number again
+                        MapRecord(2001, 15, 15, 0x1000, 0x9000, 0, "/bin/new", 99)]
+                       + [r for pid in (21, 22) for r in (
+                           TaskRecord("fork", 3000 + pid, pid, 10, pid, 10),
+                           TaskRecord("exit", 3100 + pid, pid, 10, pid, 10))])
+    assert [m.path for m in tree.of_process(15).mappings] == ["/bin/new"]
 
 
 # -- whole runs ----------------------------------------------------------------

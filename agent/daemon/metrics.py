@@ -124,7 +124,19 @@ class PhasewatchCollector:
         predictions = CounterMetricFamily("phasewatch_predictions",
                                           "Next-interval phase predictions, by outcome",
                                           labels=["target", "outcome"])
+        rows = GaugeMetricFamily("phasewatch_process_mappings",
+                                 "Executable mappings a process target keeps for its processes "
+                                 "(its code map's rows)", labels=["target"])
+        processes = GaugeMetricFamily("phasewatch_processes",
+                                      "Processes of a process target whose mappings are kept",
+                                      labels=["target"])
+        exited = CounterMetricFamily("phasewatch_processes_exited",
+                                     "Processes of a process target seen to end", labels=["target"])
         for t in states:
+            if t.mapping_rows >= 0:
+                rows.add_metric([t.name], t.mapping_rows)
+                processes.add_metric([t.name], t.processes)
+                exited.add_metric([t.name], t.processes_exited)
             if t.phase >= 0:
                 phase.add_metric([t.name], t.phase)
             phases.add_metric([t.name], t.phases)
@@ -137,7 +149,8 @@ class PhasewatchCollector:
             predictions.add_metric([t.name, "wrong"], t.predictions_wrong)
             for p, n in sorted(t.phase_intervals.items()):
                 per_phase.add_metric([t.name, str(p), t.names.get(p, "")], n)
-        return phase, phases, changes, intervals, per_phase, retired, remaining, predictions
+        return (phase, phases, changes, intervals, per_phase, retired, remaining, predictions,
+                rows, processes, exited)
 
     def _phase_energy(self, states):
         energy = CounterMetricFamily("phasewatch_phase_energy_joules",

@@ -258,11 +258,13 @@ class Daemon:
         c = self.config
         if c.source == "replay" or not (c.commands or c.cgroups):
             return
-        watched = {w.pid for w in self.workers if w.pid is not None and not w.ended.is_set()}
+        from ..live.process_tree import started_under
+        watched = {w.pid: w.opened_at for w in self.workers
+                   if w.pid is not None and not w.ended.is_set()}
         found = self._find_processes()
         self._refused &= {pid for _, pid in found}      # numbers that ended may come again
         for target, pid in found:
-            if pid in watched or pid in self._refused:
+            if pid in watched or pid in self._refused or started_under(pid, watched):
                 continue
             try:
                 self.workers.append(self._process_worker(target, pid).start())

@@ -25,6 +25,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import numpy as np
 
@@ -85,6 +86,11 @@ class TargetState:
     expected_remaining_s: float = math.nan
     predictions_right: int = 0
     predictions_wrong: int = 0
+    # a process target's code map: mapping rows and processes kept, processes
+    # seen to end (-1: not a process target learning from perf's records)
+    mapping_rows: int = -1
+    processes: int = -1
+    processes_exited: int = -1
 
     @property
     def phases(self) -> int:
@@ -115,6 +121,8 @@ class Targets(Streams, Sink):
         #: Whether targets name their phases from their code (their rows go
         #: to their namers before the pipelines see them).
         self.named = False
+        #: A process target's (mapping rows, processes, processes ended), or None.
+        self.kept_mappings: Callable[[], tuple[int, int, int]] | None = None
         #: Told (target, stable ids) of phases whose series left the exposition.
         self.on_dropped = lambda target, phases: None
         # Held while a batch is fed (the first loads the kernels, which may take
@@ -270,7 +278,10 @@ class Targets(Streams, Sink):
 
     def snapshot(self) -> list[TargetState]:
         """Copies of the targets' counters, for a scrape on another thread."""
+        kept = self.kept_mappings() if self.kept_mappings is not None else (-1, -1, -1)
         with self.lock:
             return [replace(t, phase_intervals={p: n for p, n in t.phase_intervals.items()
-                                                if p in t.shown})
+                                                if p in t.shown},
+                            **(dict(zip(("mapping_rows", "processes", "processes_exited"), kept))
+                               if t.name == self.target else {}))
                     for t in self.by_name.values()]

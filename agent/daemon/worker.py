@@ -32,6 +32,10 @@ from .phase_store import cpu_program, process_program
 from .publish import Publisher
 from .targets import Targets
 
+#: Ended processes of a target's tree whose mappings stay known to name
+#: samples by (those of the intervals not yet classified).
+KEEP_ENDED = 512
+
 
 def source_is_live(source) -> bool:
     return not isinstance(source, PacedReplay)
@@ -72,6 +76,7 @@ class Worker:
                  catalog=None):
         self.name = name
         self.pid = pid
+        self.opened_at = time.time()    # its source's events were opened just before
         self.source = source
         self.meta = meta
         self.signals = tuple(signals)
@@ -113,12 +118,19 @@ class Worker:
         self.thread = threading.Thread(target=self._run, name=f"phasewatchd-{name}", daemon=True)
 
     def _namer(self, pid: int | None):
-        """What names a process target's phases: the functions of its samples."""
+        """What names a process target's phases: the functions of its samples,
+        each in its own process's mappings where perf's records give them."""
+        self.tree = None
         if pid is None or "ip" not in self.signals:
             return None
         from ..live.phase_functions import PhaseFunctions
+        from ..live.process_maps import task_records_of
         from ..live.symbolizer import Symbolizer
-        return PhaseFunctions(Symbolizer.from_pid(pid))
+        from ..live.tree_symbolizer import TreeSymbolizer
+        root = Symbolizer.from_pid(pid)
+        if task_records_of(self.source) is not None:
+            self.tree = TreeSymbolizer(root, keep_ended=KEEP_ENDED)
+        return PhaseFunctions(self.tree or root)
 
     def _replay_named(self) -> bool:
         """A replayed trace of one program (its mappings recorded) names its phases."""
@@ -136,11 +148,17 @@ class Worker:
     def _maps(self, pid: int | None, pipeline):
         """A process target's mappings, kept in step with its pipeline's code
         map, so that its code is keyed by file and offset (as in ``run``),
-        and recorded beside its trace."""
+        and recorded beside its trace: learnt from perf's records of the
+        process and the children it starts (``/proc`` read once, for what it
+        had mapped before), those of ended processes let go."""
         if pipeline is None or "ip" not in self.signals:
             return None
-        from ..live.process_maps import ProcessMappings
-        maps = ProcessMappings(pid, pipeline, record=self.trace, just_execd=True)
+        from ..live.process_maps import ProcessMappings, task_records_of
+        records = task_records_of(self.source)
+        maps = ProcessMappings(pid, pipeline, record=self.trace, just_execd=True,
+                               records=records, tree=self.tree)
+        if records is not None:
+            self.targets.kept_mappings = lambda: (maps.row_count, maps.processes, maps.exited)
 
         def follow(name, pipeline):
             maps.pipeline = pipeline

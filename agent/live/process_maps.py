@@ -26,6 +26,15 @@ which every process falls back to).  The records also go to ``tree`` (the
 :class:`~.tree_symbolizer.TreeSymbolizer` naming functions), so names come
 from the same mappings.
 
+A watched tree may start processes without end (a shell loop, ``make``, a
+server forking a child per request, watched by the daemon for weeks), so
+the rows of an ended process (its ``PERF_RECORD_EXIT``) go once no sample
+can still need them (:meth:`ProcessMappings._prune`), at most
+:data:`MAX_PROCESSES` processes' rows are kept, and the code map is rebuilt
+only for a batch with a sample of a process whose rows changed, from the
+rows of the processes still running and of those sampled.  The recording's
+side table keeps every row: replay places every sample as the live run did.
+
 Without records the code map is one address space: where CMD starts other
 processes, their mappings are read from ``/proc/TID/maps`` of the sampled
 threads and merged in, a later mapping taking over the addresses of an
@@ -34,6 +43,7 @@ earlier one it overlaps.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Callable
 
 import numpy as np
@@ -46,6 +56,12 @@ from .maps import Mapping, read_maps
 
 #: Threads whose maps are read at one refresh, at most.
 MAX_TIDS = 8
+
+#: Sample time an ended process's rows are kept after its EXIT record.
+EXIT_GRACE_NS = 100_000_000
+
+#: Processes whose rows are kept, at most.
+MAX_PROCESSES = 1024
 
 
 def mapping_row(m: Mapping, t_ns: int | None, pid: int | None = None) -> dict:
@@ -78,7 +94,8 @@ class ProcessMappings(Sink):
 
     def __init__(self, pid: int, pipeline, record=None,
                  read: Callable[[int], list[Mapping]] = read_maps, just_execd: bool = False,
-                 records: Callable[[], list] | None = None, tree=None):
+                 records: Callable[[], list] | None = None, tree=None,
+                 max_processes: int = MAX_PROCESSES):
         """``record``: the :class:`~phasewatch.formats.trace.TraceWriter` whose
         side table gets the mappings learnt, if any.  ``records``: what gives
         the perf records read since it was last called (see the module
@@ -91,20 +108,46 @@ class ProcessMappings(Sink):
         self.dropped_forks = 0
         self.pipeline = pipeline
         self.read = read
-        self.rows: list[dict] = list(pipeline.mappings or [])
-        self.known: set[tuple] = {self._key(r) for r in self.rows}
+        #: Rows of no process (read from /proc), and each process's own,
+        #: those heard of least recently first.
+        self.shared: list[dict] = []
+        self.rows_of: OrderedDict[int, list[dict]] = OrderedDict()
+        self.known_of: dict[int | None, set[tuple]] = {}
+        self.row_count = 0
+        #: Processes ended (their EXIT record): pid -> the record's time.
+        self.ended: OrderedDict[int, int] = OrderedDict()
+        self.exited = 0
+        self.max_processes = max_processes
+        #: Processes whose rows changed since the code map was last built
+        #: (None: those of no process), and those whose rows it holds.
+        self.stale: set[int | None] = set()
+        self.record = record
+        self._add(list(pipeline.mappings or []), new=False)
+        self.mapped = set(self.rows_of)
         self.last_t = np.iinfo(np.int64).min
         self.rereads = 0
-        self.record = record
         if just_execd:
             self.refresh(None)
+
+    @property
+    def rows(self) -> list[dict]:
+        """Every mapping kept: those of no process, then each process's."""
+        return self.shared + [row for rows in self.rows_of.values() for row in rows]
+
+    @property
+    def processes(self) -> int:
+        """Processes whose own mappings are kept."""
+        return len(self.rows_of)
 
     def batch(self, batch: SampleBatch) -> None:
         """Learn the mappings the batch's IPs need, before the pipeline sees it."""
         if self.records is not None:
             self.take(self.records())
             if len(batch):
-                self.last_t = max(self.last_t, int(batch["t_ns"].max()))
+                t_ns = batch["t_ns"]
+                self._prune(max(int(t_ns.min()), self.last_t))
+                self.sync(batch["pid"] if "pid" in batch else None)
+                self.last_t = max(self.last_t, int(t_ns.max()))
             return
         if "ip" not in batch or len(batch) == 0:
             return
@@ -125,20 +168,17 @@ class ProcessMappings(Sink):
             for m in self.read(pid):
                 row = mapping_row(m, t_ns)
                 new.setdefault(self._key(row), row)
-        new = [r for k, r in new.items() if k not in self.known]
-        if not new:
+        if not self._add(list(new.values())):
             return False
-        self.known.update(self._key(r) for r in new)
-        self.rows += new
-        self.pipeline.set_mappings(self.rows)
-        if self.record is not None:
-            self.record.add_mappings(new)
+        self.sync()
         return True
 
     def take(self, records: list) -> None:
         """Apply perf's records: each mapping from its time (never before a
         sample already classified, so that replay places every sample as
-        this run did), each new process from a copy of its parent's."""
+        this run did), each new process from a copy of its parent's, each
+        ended process noted (its rows go once no sample can need them).  The
+        code map is rebuilt by :meth:`sync`."""
         new = []
         for r in records:
             if isinstance(r, MapRecord):
@@ -147,21 +187,110 @@ class ProcessMappings(Sink):
                 self._now(r.pid, row)
                 new.append(row)
             elif isinstance(r, TaskRecord) and r.kind == "fork" and r.pid != r.ppid:
+                if r.pid in self.ended:     # the ended one's rows, kept so far, go first
+                    self._add(new)
+                    new = []
                 new += self._forked(r)
             elif isinstance(r, ExecRecord):
                 self.current.pop(r.pid, None)     # its address space was replaced
             elif isinstance(r, TaskRecord) and r.kind == "exit" and r.pid == r.tid:
                 self.current.pop(r.pid, None)
-            if self.tree is not None:
-                self.tree.learn_record(r)
-        new = [row for row in new if self._key(row) not in self.known]
+                self.ended[r.pid] = int(r.t_ns)
+                self.ended.move_to_end(r.pid)
+                self.exited += 1
+        if self.tree is not None:
+            self.tree.learn_records(records)
+        self._add(new)
+        self._bound()
+
+    def sync(self, pids: np.ndarray | None = None) -> bool:
+        """Rebuild the code map if the rows of a process in ``pids`` (the
+        batch's; None: every process's) changed since it was built, or are
+        not in it; whether it was.  It holds the rows of no process, of the
+        processes that have not ended, and of those in ``pids``: an ended
+        process's rows are not built in again but for its own samples."""
+        if pids is None:
+            wanted = set(self.rows_of)
+        else:
+            sampled = set(distinct(np.asarray(pids)).tolist())
+            wanted = sampled & self.rows_of.keys()
+            if None not in self.stale and wanted <= self.mapped and self.stale.isdisjoint(sampled):
+                return False
+            wanted |= self.rows_of.keys() - self.ended.keys()
+        self.mapped = wanted
+        # still to build in: the rows of ended processes not sampled since
+        self.stale = {pid for pid in self.stale if pid in self.rows_of and pid not in wanted}
+        self.pipeline.set_mappings(self.shared + [row for pid in wanted
+                                                  for row in self.rows_of[pid]])
+        return True
+
+    def _add(self, rows: list[dict], new: bool = True) -> bool:
+        """Keep the rows not kept yet; ``new`` ones (not yet in the code map
+        nor the recording) are written beside the recording."""
+        fresh = []
+        for row in rows:
+            pid = row.get("pid")
+            known = self.known_of.setdefault(pid, set())
+            key = self._key(row)
+            if key in known:
+                continue
+            known.add(key)
+            if pid is None:
+                self.shared.append(row)
+            else:
+                self.rows_of.setdefault(pid, []).append(row)
+                self.rows_of.move_to_end(pid)
+            fresh.append(row)
+        self.row_count += len(fresh)
         if not new:
-            return
-        self.known.update(self._key(r) for r in new)
-        self.rows += new
-        self.pipeline.set_mappings(self.rows)
-        if self.record is not None:
-            self.record.add_mappings(new)
+            return bool(fresh)
+        self.stale.update(row.get("pid") for row in fresh)
+        if fresh and self.record is not None:
+            self.record.add_mappings(fresh)
+        return bool(fresh)
+
+    def _prune(self, t_ns: int) -> None:
+        """Drop the rows of processes that ended more than :data:`EXIT_GRACE_NS`
+        before ``t_ns`` (the first sample of this batch, or the last of
+        those classified).  Every sample of a process is taken before its
+        EXIT record, and is in its CPU's ring by then; every ring is read at
+        each wake-up, so a sample taken that long before one already read
+        (or before this batch's first) was read with it or earlier: none of
+        the process's samples is left to come."""
+        limit = t_ns - EXIT_GRACE_NS
+        while self.ended:
+            pid, ended = next(iter(self.ended.items()))
+            if ended >= limit:
+                break
+            del self.ended[pid]
+            self._drop(pid)
+
+    def _bound(self) -> None:
+        """At most ``max_processes`` processes' rows (and ended ones waiting):
+        past it, those heard of least recently go (an EXIT record lost, or
+        a tree that large)."""
+        while len(self.ended) > self.max_processes:
+            self._drop(self.ended.popitem(last=False)[0])
+        while len(self.rows_of) > self.max_processes:
+            pid = next(iter(self.rows_of))
+            if pid == self.pid:
+                self.rows_of.move_to_end(pid)
+                pid = next(iter(self.rows_of))
+            self.ended.pop(pid, None)
+            self._drop(pid)
+
+    def _drop(self, pid: int) -> None:
+        """Forget ``pid``'s rows; if the code map holds them, it is rebuilt
+        before a sample of a process given the same number is placed."""
+        rows = self.rows_of.pop(pid, None)
+        self.known_of.pop(pid, None)
+        self.current.pop(pid, None)
+        if rows:
+            self.row_count -= len(rows)
+        if pid in self.mapped:
+            self.stale.add(pid)
+        else:
+            self.stale.discard(pid)
 
     def _from(self, t_ns: int) -> int:
         return max(int(t_ns), self.last_t + 1)
@@ -172,7 +301,10 @@ class ProcessMappings(Sink):
         rows[:] = [old for old in rows if not overlaps(old, row)] + [row]
 
     def _forked(self, r: TaskRecord) -> list[dict]:
-        """A new process's rows: its parent's, from the fork."""
+        """A new process's rows: its parent's, from the fork.  An ended
+        process's number taken again: its rows go now."""
+        if self.ended.pop(r.pid, None) is not None:
+            self._drop(r.pid)
         copies = [{**row, "pid": r.pid, "t_ns": self._from(r.t_ns)}
                   for row in self.current.get(r.ppid, ())]
         if copies:
@@ -181,5 +313,5 @@ class ProcessMappings(Sink):
 
     @staticmethod
     def _key(row: dict) -> tuple:
-        return (int(row["start"]), int(row["end"]), int(row.get("offset", 0)), row.get("path", ""),
+        return (row["start"], row["end"], row.get("offset", 0), row.get("path", ""),
                 row.get("pid"))

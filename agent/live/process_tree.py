@@ -8,6 +8,9 @@ import psutil
 
 from ..collectors import procfs
 
+#: The resolution of a process's start time in /proc.
+CLOCK_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
 
 # Ours: psutil tells no thread's thread group (Tgid).
 def process_of_thread(tid: int) -> int | None:
@@ -40,6 +43,21 @@ def descendants(pid: int) -> list[int]:
             except (OSError, ValueError):
                 continue
     return found
+
+
+def started_under(pid: int, watched: dict[int, float]) -> bool:
+    """Whether process ``pid`` was started, after ``watched[ANCESTOR]`` (a
+    time, as ``time.time()``), by one of the processes of ``watched`` or
+    their descendants: one whose events it inherited, already watched
+    with them (a forking shell's or server's child, which carries its
+    parent's name until it execs)."""
+    try:
+        process = psutil.Process(pid)
+        started = process.create_time()
+        return any(parent.pid in watched and started >= watched[parent.pid] - CLOCK_TICK_S
+                   for parent in process.parents())
+    except psutil.Error:
+        return False
 
 
 def ended(pid: int) -> bool:

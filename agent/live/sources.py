@@ -61,9 +61,10 @@ def live_metadata(source) -> dict:
 
 
 def open_process(config, target: str, pid: int):
-    """(name, source, metadata, signals, target, pid) for one watched process."""
+    """(name, source, metadata, signals, target, pid) for one watched process,
+    with perf's records of its tree's mappings, execs, forks and exits."""
     source = open_source(config.source, pid=pid, msr_path=config.msr_path,
-                         rate_hz=config.rate_hz)
+                         rate_hz=config.rate_hz, task_records=True)
     return target, source, live_metadata(source), tuple(source.signals), target, pid
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 
 import numpy as np
 
@@ -29,6 +30,18 @@ def _locked(method):
 #: IPs fall outside what is known of their process).
 MAX_NEW_THREADS = 16
 
+#: Processes, and threads, known at most where ended ones are forgotten.
+MAX_KNOWN = 4096
+
+#: Runs of mappings a process keeps unmerged, at most (then they are merged).
+MAX_RUNS = 64
+
+
+class _Learnt(list):
+    """The mappings a process made, as perf's records gave them: runs of
+    mappings not yet merged into a symbolizer, which is built when one of its
+    IPs is first named (most children of a forking tree never are)."""
+
 
 class TreeSymbolizer:
     """Resolves the IPs of a watched process tree, each thread's in the
@@ -43,20 +56,60 @@ class TreeSymbolizer:
     Where perf's records of the tree come (``learn_record``, from the
     process-mapping sink), they are how processes, threads and mappings are
     learnt, and ``/proc`` is no longer polled: the root's maps, read when
-    it exec'd, hold what it mapped before the watch."""
+    it exec'd, hold what it mapped before the watch.
+
+    ``keep_ended``: where the tree is watched for long (the daemon), the
+    processes and threads that ended (their EXIT records) are forgotten once
+    more than this many have ended since; their samples are named before
+    that, when their intervals are classified.  None keeps every process
+    (``run`` names at its end)."""
 
     #: Samples are told apart by thread (:mod:`.sample_names`): a ``kmod``
     #: source gives no process.
     owner_column = "tid"
 
-    def __init__(self, root: Symbolizer):
+    def __init__(self, root: Symbolizer, keep_ended: int | None = None):
         self.root = root
-        self._by_pid: dict[int, Symbolizer] = {root.pid: root}
+        self._by_pid: dict[int, Symbolizer | _Learnt] = {root.pid: root}
         self._pid_of: dict[int, int] = {root.pid: root.pid}
         self._exe_of: dict[int, str] = {}
         self.from_records = False
+        self.keep_ended = keep_ended
+        self._ended: deque[tuple] = deque()    # (pid, tid, its fork), oldest first
+        self._forks = 0
+        self._fork_of: dict[int, int] = {}      # pid -> the fork that made it (keep_ended)
         # learn_tree runs on a thread of its own (live.tree_watch)
         self._lock = threading.RLock()
+
+    @_locked
+    def learn_records(self, records: list) -> None:
+        """Perf's records, in order (:meth:`learn_record`); the mappings a
+        process makes one after another (an exec's) merged at once."""
+        run: list = []
+        for record in records:
+            if run and not (isinstance(record, MapRecord) and record.pid == run[0].pid):
+                self._learn_maps(run)
+                run = []
+            if isinstance(record, MapRecord):
+                run.append(record)
+            else:
+                self.learn_record(record)
+        if run:
+            self._learn_maps(run)
+
+    def _learn_maps(self, records: list[MapRecord]) -> None:
+        self.from_records = True
+        for record in records:
+            self._pid_of.setdefault(record.tid, record.pid)
+        pid = records[0].pid
+        run = [Mapping(r.start, r.end, r.offset, r.path, r.inode) for r in records]
+        known = self._by_pid.setdefault(pid, _Learnt())
+        if isinstance(known, Symbolizer):
+            known.add_mappings(run)
+            return
+        known.append(run)
+        if len(known) > MAX_RUNS:
+            self._built(pid)
 
     @_locked
     def learn_record(self, record) -> None:
@@ -65,16 +118,45 @@ class TreeSymbolizer:
         process starts with its parent's mappings."""
         self.from_records = True
         if isinstance(record, MapRecord):
-            self._pid_of.setdefault(record.tid, record.pid)
-            self._recorded(record.pid).add_mappings(
-                [Mapping(record.start, record.end, record.offset, record.path, record.inode)])
+            self._learn_maps([record])
         elif isinstance(record, TaskRecord) and record.kind == "fork":
             self._pid_of[record.tid] = record.pid
+            if self.keep_ended is not None and record.pid != record.ppid:
+                self._by_pid.pop(record.pid, None)      # an ended process's number again
+                self._forks += 1
+                self._fork_of[record.pid] = self._forks
             if record.pid != record.ppid and record.pid not in self._by_pid:
-                child = self._recorded(record.pid)
                 parent = self._by_pid.get(record.ppid)
-                if parent is not None:
-                    child.add_mappings(parent.mappings)
+                self._by_pid[record.pid] = (
+                    _Learnt([parent.mappings]) if isinstance(parent, Symbolizer)
+                    else _Learnt(parent or ()))
+        elif isinstance(record, TaskRecord) and self.keep_ended is not None:
+            self._ended.append((record.pid, record.tid, self._fork_of.get(record.pid)))
+            self._forget_ended()
+
+    def _forget_ended(self) -> None:
+        """The oldest ended threads and processes beyond ``keep_ended``, and
+        any beyond a bound where their EXIT records were lost."""
+        while len(self._ended) > self.keep_ended:
+            pid, tid, fork = self._ended.popleft()
+            if self._pid_of.get(tid) == pid and tid != self.root.pid:
+                del self._pid_of[tid]
+            # not a new process given the same number since
+            if pid == tid and pid != self.root.pid and self._fork_of.get(pid) == fork:
+                self._by_pid.pop(pid, None)
+                self._fork_of.pop(pid, None)
+        for known in (self._pid_of, self._by_pid, self._fork_of):
+            while len(known) > MAX_KNOWN:
+                oldest = next(iter(known))
+                if oldest == self.root.pid:
+                    known[oldest] = known.pop(oldest)       # kept, now the newest
+                else:
+                    del known[oldest]
+
+    @property
+    def processes(self) -> int:
+        """Processes whose mappings are known."""
+        return len(self._by_pid)
 
     def learn_tree(self, pids: list[int]) -> bool:
         """Note every thread of the tree's processes ``pids`` (:func:`descendants`)
@@ -149,13 +231,19 @@ class TreeSymbolizer:
     def _of_process(self, pid: int) -> Symbolizer:
         if pid not in self._by_pid:
             self._by_pid[pid] = Symbolizer.from_pid(pid)
-        return self._by_pid[pid]
+        return self._built(pid)
 
-    def _recorded(self, pid: int) -> Symbolizer:
-        """The symbolizer of ``pid``, made without reading its maps (its records give them)."""
-        if pid not in self._by_pid:
-            self._by_pid[pid] = Symbolizer(pid, kernel_names=True)
-        return self._by_pid[pid]
+    def _built(self, pid: int) -> Symbolizer:
+        """The symbolizer of known process ``pid``, its learnt runs merged in
+        order (without reading its maps: its records gave them)."""
+        known = self._by_pid[pid]
+        if isinstance(known, Symbolizer):
+            return known
+        symbolizer = Symbolizer(pid, kernel_names=True)
+        for run in known:
+            symbolizer.add_mappings(run)
+        self._by_pid[pid] = symbolizer
+        return symbolizer
 
     @_locked
     def of_process(self, pid: int) -> Symbolizer:
@@ -163,7 +251,7 @@ class TreeSymbolizer:
         if not pid or pid == self.root.pid:
             return self.root
         if self.from_records:
-            return self._by_pid.get(pid, self.root)
+            return self._built(pid) if pid in self._by_pid else self.root
         return self._of_process(pid)
 
 
