@@ -284,3 +284,59 @@ def test_a_run_at_a_time_says_what_an_interval_at_a_time_says(pairs):
     for phase, count in pairs:
         each = [one.observe(phase) for _ in range(count)]
         np.testing.assert_array_equal(many.observe_run(phase, count), np.array(each, np.float64))
+
+
+def test_each_field_goes_to_its_own_column():
+    rows = [Prediction(1, 2, 3, 0.25, 0.5, 0.75), Prediction(NONE, NONE, NONE, 0.0, 0.0, 0.0)]
+    cols = Predictions.of(rows, 0.5)
+    assert cols.next_phase.tolist() == [1, NONE] and cols.after_change.tolist() == [2, NONE]
+    assert cols.remaining.tolist() == [3, NONE]
+    assert cols.remaining_s[0] == 1.5 and np.isnan(cols.remaining_s[1])
+    assert cols.confidence_next.tolist() == [0.25, 0.0]
+    assert cols.confidence_after_change.tolist() == [0.5, 0.0]
+    assert cols.confidence_remaining.tolist() == [0.75, 0.0]
+
+
+def test_past_the_shortest_run_the_longer_runs_give_the_remaining_length():
+    # A's runs last 3 or 12; at 9 intervals only the runs of 12 are alike: 3 more
+    seq = runs(*[(A, 3), (B, 2), (A, 12), (B, 2)] * 3, (A, 9))
+    assert predictions(seq)[-1].remaining == 3
+
+
+def test_where_a_phase_names_no_successor_the_guess_is_the_run_just_before():
+    said = predictions(runs((A, 3), (B, 3), (C, 2)))
+    assert said[-1].after_change == B
+
+
+def test_one_run_is_not_enough_to_foresee_a_change():
+    p = PhasePredictor()
+    said = [p.observe(x) for x in runs((A, 3), (B, 2), (A, 3))]
+    assert said[-1].next_phase == A and said[-1].after_change == B
+    # A's run kept under no context; B's under (A) and under none: once each
+    assert p.runs_kept == 3
+
+
+def test_a_run_is_keyed_by_the_two_runs_before_it():
+    p = PhasePredictor()
+    for x in runs((A, 2), (B, 2), (C, 2), (A, 2), (B, 1)):
+        p.observe(x)
+    assert set(p.memory[A]) == {(), (C,), (B, C)}
+
+
+def test_one_phase_is_enough_and_none_is_refused():
+    p = PhasePredictor(max_phases=1)
+    for x in runs((A, 2), (B, 2)):
+        p.observe(x)
+    assert set(p.memory) == {B}
+    with pytest.raises(ValueError):
+        PhasePredictor(max_phases=0)
+
+
+def test_the_current_run_goes_on_when_another_phase_is_forgotten():
+    p = PhasePredictor()
+    for x in runs((B, 1), *[(A, 4), (C, 3)] * 3, (A, 2)):
+        p.observe(x)
+    p.forget(B)
+    third, fourth = p.observe(A), p.observe(A)
+    assert (third.next_phase, third.remaining) == (A, 1)     # A's runs all lasted 4
+    assert (fourth.next_phase, fourth.remaining) == (C, 0)
