@@ -340,3 +340,48 @@ def test_the_current_run_goes_on_when_another_phase_is_forgotten():
     third, fourth = p.observe(A), p.observe(A)
     assert (third.next_phase, third.remaining) == (A, 1)     # A's runs all lasted 4
     assert (fourth.next_phase, fourth.remaining) == (C, 0)
+
+
+def test_a_long_run_keeps_every_second_then_every_fourth_remaining_prediction():
+    # 10,000 intervals of A in blocks of 1,000, each predicted exactly, then B.
+    # Positions 1-5,000 pend; at 5,000 (>= 4,096) the odd ones go: 2,500 kept.
+    # Blocks 6-9 add their even positions, 500 each: 4,500 at 9,000, and only
+    # multiples of 4 stay: 2,250. Block 10 adds its 250 multiples of 4.
+    from phasewatch.core.prediction import PENDING
+    score = PredictionScore()
+    length = 10_000
+    for start in range(0, length, 1000):
+        left = length - 1 - np.arange(start, start + 1000)
+        score.add(np.full(1000, A), Predictions.of(
+            [Prediction(A, B, r, 1.0, 1.0, 1.0) for r in left.tolist()], 1.0))
+        assert score.pending <= PENDING + 1000
+    score.add(np.array([B]), Predictions.of([Prediction(B, A, 0, 1.0, 1.0, 1.0)], 1.0))
+    assert score.summary()["remaining_scored"] == 2500
+    assert score.median_remaining_error == pytest.approx(ERROR_BIN / 2)
+
+
+@pytest.mark.parametrize("newer, share_ended", [(15, 1 / 16), (16, 0.0)])
+def test_a_context_keeps_its_last_sixteen_runs(newer, share_ended):
+    # three runs of A that lasted 3, then runs of 9, all after (A, B) but the
+    # first; on the 3rd interval of the next A, the share of the runs kept
+    # that ended there is what the next-interval confidence leaves out
+    seq = runs(*[(A, 3), (B, 1)] * 3, *[(A, 9), (B, 1)] * newer, (A, 3))
+    last = predictions(seq)[-1]
+    assert last.next_phase == A and last.remaining == 6
+    assert last.confidence_next == pytest.approx(1.0 - share_ended)
+    # the runs of 9 are within 30 % of the median (9), the run of 3 is not
+    assert last.confidence_remaining == pytest.approx(1.0 - share_ended)
+
+
+def test_nothing_known_of_the_successor_gives_no_confidence_in_it():
+    said = predictions(runs((A, 4)))
+    assert all(s.after_change == NONE and s.confidence_after_change == 0.0 for s in said)
+
+
+def test_runs_whose_successor_was_forgotten_fall_back_to_the_run_before():
+    p = PhasePredictor()
+    for x in runs((A, 3), (B, 2), (C, 1), (A, 2)):
+        p.observe(x)
+    p.forget(B)             # A's one run went to B: now to a phase unknown
+    said = p.observe(A)
+    assert said.after_change == C and said.confidence_after_change == predict.RETURN_GUESS
