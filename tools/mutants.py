@@ -211,7 +211,8 @@ def skip_annotations(module: str) -> None:
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
     source = (ROOT / "agent" / module).read_text()
-    assert "from __future__ import annotations" in source, f"{module} evaluates annotations"
+    if "from __future__ import annotations" not in source:
+        return                  # its annotations are evaluated: mutants there count
     spans = annotation_spans(source)
     with use_db(str(session(module)), WorkDB.Mode.open) as db:
         for item in db.work_items:
