@@ -183,3 +183,15 @@ class Kept(Sink):
 
     def ended(self) -> None:
         self.ends += 1
+
+
+def test_interval_means_do_not_depend_on_the_detector_and_indices_run_on(samples):
+    # the mean voltage and productive frequency of an interval are its
+    # samples' whatever the profile compares; with IPs left out (vpf) too
+    by_detector = {d: run(samples, params(d), chunk=5000)[0] for d in ("vpf", "vpf-ip")}
+    vpf, ip = by_detector["vpf"], by_detector["vpf-ip"]
+    assert np.isfinite(vpf.voltage_mv).all() and np.isfinite(vpf.pfreq_mhz).all()
+    np.testing.assert_allclose(vpf.voltage_mv, ip.voltage_mv)
+    np.testing.assert_allclose(vpf.pfreq_mhz, ip.pfreq_mhz)
+    # fed in pieces, the intervals are numbered on from one piece to the next
+    assert vpf.index.tolist() == list(range(len(vpf)))
