@@ -21,6 +21,12 @@ def samples():
     return concat(list(synthetic.generate()))
 
 
+@pytest.fixture(scope="module")
+def ip_run(samples):
+    """The intervals and pipeline of vpf-ip over the samples, fed whole."""
+    return run(samples, params("vpf-ip"))
+
+
 def params(detector="vpf", adaptive=False, interval=None):
     return Params(interval=interval or IntervalParams(), histograms=histogram_params_of(META),
                   detector=DetectorParams(detector=detector, adaptive=adaptive))
@@ -186,11 +192,10 @@ class Kept(Sink):
         self.ends += 1
 
 
-def test_interval_means_do_not_depend_on_the_detector_and_indices_run_on(samples):
+def test_interval_means_do_not_depend_on_the_detector_and_indices_run_on(samples, ip_run):
     # the mean voltage and productive frequency of an interval are its
     # samples' whatever the profile compares; with IPs left out (vpf) too
-    by_detector = {d: run(samples, params(d), chunk=5000)[0] for d in ("vpf", "vpf-ip")}
-    vpf, ip = by_detector["vpf"], by_detector["vpf-ip"]
+    vpf, ip = run(samples, params("vpf"), chunk=5000)[0], ip_run[0]
     assert np.isfinite(vpf.voltage_mv).all() and np.isfinite(vpf.pfreq_mhz).all()
     np.testing.assert_allclose(vpf.voltage_mv, ip.voltage_mv)
     np.testing.assert_allclose(vpf.pfreq_mhz, ip.pfreq_mhz)
@@ -236,3 +241,69 @@ def test_without_a_recorded_base_frequency_the_fallback_is_taken_in_mhz():
     from phasewatch.core.cpumodels import FALLBACK_BASE_HZ
     assert Pipeline.for_trace({}, params()).base_mhz * 1e6 == pytest.approx(FALLBACK_BASE_HZ)
     assert Pipeline.for_trace({"base_freq_mhz": 2100.0}, params()).base_mhz == 2100.0
+
+
+def columns_of(phase, instructions, cycles, **extra) -> Intervals:
+    n = len(phase)
+    z = np.zeros(n, np.int64)
+    return Intervals(np.arange(n), z, z, np.asarray(instructions, np.int64),
+                     np.asarray(cycles, np.int64), z, np.zeros(n), np.asarray(phase, np.int64),
+                     np.zeros(n, bool), np.zeros(n), np.zeros(n), **extra)
+
+
+def test_interval_helpers_on_worked_columns():
+    iv = columns_of([-1, 0, 1, 0], [100, 0, 200, 50], [150, 10, 0, 100],
+                    status=np.array([2, 0, 1, 0], np.int8))
+    # CPI where both were counted; 0 cycles or instructions: not counted
+    assert iv.cpi[0] == 1.5 and iv.cpi[3] == 2.0
+    assert np.isnan(iv.cpi[1]) and np.isnan(iv.cpi[2])
+    assert iv.labelled().phase.tolist() == [0, 1, 0]
+    assert iv.labelled().status.tolist() == [0, 1, 0]
+    assert columns_of([0, 1], [1, 1], [1, 1]).statuses.tolist() == [0, 0]
+    picked = iv.rows(np.array([False, True, False, True]))
+    assert picked.index.tolist() == [1, 3] and picked.status.tolist() == [0, 0]
+    assert picked.profiles is None
+    both = Intervals.join([iv, columns_of([3], [1], [1])])
+    assert both.phase.tolist() == [-1, 0, 1, 0, 3]
+    assert both.status is None                      # one part has none
+    assert Intervals.join([iv, iv]).status.tolist() == [2, 0, 1, 0] * 2
+    assert len(Intervals.empty()) == 0
+
+
+def test_profiles_are_kept_only_when_asked_and_outlive_the_next_batch(samples, ip_run):
+    assert ip_run[0].profiles is None and ip_run[0].segment_samples is None
+    p, some = params("vpf-ip"), samples.slice(0, 3000)
+    pipe = Pipeline(p, synthetic.BASE_MHZ)
+    pipe.keep_profiles()
+    whole = pipe.feed(some)
+    pipe = Pipeline(p, synthetic.BASE_MHZ)
+    pipe.keep_profiles()
+    parts = Intervals.join([pipe.feed(some.slice(0, 1500)), pipe.feed(some.slice(1500, 3000))])
+    assert whole.profiles.shape[0] == len(whole) > 0
+    assert whole.segment_samples.shape == (len(whole), 5)
+    np.testing.assert_array_equal(parts.profiles, whole.profiles[:len(parts)])
+
+
+def test_a_replay_starts_from_the_phases_the_run_started_from(samples, ip_run):
+    p = params("vpf-ip")
+    pipe = ip_run[1]
+    known = pipe.known_phases()
+    assert known["profile"] == pipe.profile and known["profile"].startswith("vpf-ip:")
+    assert known["next_id"] == pipe.n_phases == len(known["phases"]) > 1
+    # ids shifted by 100: a pipeline started from them gives the shifted ids
+    shifted = dict(known, next_id=known["next_id"] + 100,
+                   phases=[dict(k, id=k["id"] + 100) for k in known["phases"]])
+    again = Pipeline(p, synthetic.BASE_MHZ)
+    again.start_from(shifted)
+    assert set(again.feed(samples).phase.tolist()) <= {k["id"] for k in shifted["phases"]}
+    # phases of another profile are left out
+    other = Pipeline(params("vpf"), synthetic.BASE_MHZ)
+    other.start_from(shifted)
+    assert other.known_phases()["phases"] == [] and other.known_phases()["next_id"] == 0
+
+
+def test_stats_tell_the_detector_interval_and_samples(samples, ip_run):
+    s = ip_run[1].stats()
+    assert (s.detector, s.adaptive, s.samples) == ("vpf-ip", False, len(samples))
+    assert s.interval == "every 100,000,000 instructions"
+    assert s.threshold == ip_run[1].threshold == DetectorParams().threshold
