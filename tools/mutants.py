@@ -57,7 +57,7 @@ TESTS = {
     "core/source.py": ["test_pipeline.py", "test_daemon_targets.py"],
     "core/driver.py": ["test_pipeline.py", "test_daemon_targets.py"],
     "core/intervals.py": ["test_classify.py", "test_counter_ratio.py", "test_pipeline.py"],
-    "core/pipeline.py": ["test_counter_ratio.py", "test_pipeline.py"],
+    "core/pipeline.py": ["test_pipeline_setup.py", "test_counter_ratio.py", "test_pipeline.py"],
     "core/cpumodels.py": ["test_collectors_sysfs.py", "test_decode.py", "test_settings.py"],
     "core/histograms.py": ["test_histograms.py", "test_noise_model.py", "test_code_resolutions.py"],
     "core/reference.py": ["test_decode.py", "test_pipeline.py", "test_synthetic_eight.py"],
