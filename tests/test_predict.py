@@ -385,3 +385,33 @@ def test_runs_whose_successor_was_forgotten_fall_back_to_the_run_before():
     p.forget(B)             # A's one run went to B: now to a phase unknown
     said = p.observe(A)
     assert said.after_change == C and said.confidence_after_change == predict.RETURN_GUESS
+
+
+def test_no_phase_predicts_nothing_with_no_confidence():
+    assert PhasePredictor().observe(-1) == Prediction(NONE, NONE, NONE, 0.0, 0.0, 0.0)
+
+
+def test_the_predictor_keeps_as_many_phases_as_the_classifier_by_default():
+    from phasewatch.core.params import DetectorParams
+    assert PhasePredictor().max_phases == DetectorParams().max_phases
+
+
+def test_a_seeded_phase_keeps_its_contexts_up_to_the_bound():
+    contexts = [[[c], [[3, 0]]] for c in range(1, predict.CONTEXTS + 2)]
+    known = range(predict.CONTEXTS + 2)
+    p = PhasePredictor()
+    assert p.seed({"version": 1, "phases": [[0, contexts[:predict.CONTEXTS]]]}, known)
+    assert len(p.memory[0]) == predict.CONTEXTS
+    p = PhasePredictor()
+    assert p.seed({"version": 1, "phases": [[0, contexts]]}, known)
+    assert list(p.memory[0]) == [(c,) for c in range(2, predict.CONTEXTS + 2)]   # first gone
+
+
+def test_forgotten_successors_do_not_outvote_the_known_one():
+    p = PhasePredictor()
+    for x in runs((A, 2), (B, 1), (A, 2), (B, 1), (A, 2), (C, 1), (A, 1)):
+        p.observe(x)
+    p.forget(B)         # A went to B twice and to C once: C, one of three
+    said = p.observe(A)
+    assert said.after_change == C
+    assert said.confidence_after_change == pytest.approx(1 / 3)
