@@ -226,7 +226,7 @@ def skip_annotations(module: str) -> None:
 def forget_survivors(module: str) -> None:
     """Drop the results of the mutants that survived, so that the session's
     next run tries them again."""
-    if session(module).exists():
+    if session(module).exists() and session(module).stat().st_size:
         with sqlite3.connect(session(module)) as db:
             db.execute("DELETE FROM work_results WHERE test_outcome IN ('SURVIVED', 'survived')")
 
