@@ -415,3 +415,49 @@ def test_forgotten_successors_do_not_outvote_the_known_one():
     said = p.observe(A)
     assert said.after_change == C
     assert said.confidence_after_change == pytest.approx(1 / 3)
+
+
+def test_an_id_opened_afresh_is_predicted_as_a_phase_never_seen():
+    seq = runs((A, 3), (B, 1), (A, 3), (B, 1), (A, 2))
+    iv = intervals_of(seq)
+    iv.new_phase[len(seq) - 2] = True          # the last A is another behaviour
+    PredictionTap().classified(Classified("", iv, iv.phase))
+    assert iv.prediction.remaining[-3] == 0                    # the old A's end foreseen
+    assert iv.prediction.remaining[-2:].tolist() == [1, 2]     # as long again: nothing known
+
+
+def test_the_tap_hands_out_memory_per_stream_and_forgets_all():
+    tap = PredictionTap()
+    iv = intervals_of(runs(*[(A, 2), (B, 2)] * 3))
+    tap.classified(Classified("s", iv, iv.phase))
+    assert tap.memory("other", [A, B]) is None
+    memory = tap.memory("s", [A])
+    assert [phase for phase, _ in memory["phases"]] == [A]
+    tap.forget_all()
+    assert tap.summary("s") is None and tap.predictors == {}
+
+
+def test_the_tap_of_a_pipeline_keeps_to_the_classifiers_live_phases():
+    from phasewatch.core.batch import concat
+    from phasewatch.core.params import DetectorParams, Params, histogram_params_of
+    from phasewatch.core.pipeline import Pipeline
+    from phasewatch.formats import synthetic
+    samples = concat(list(synthetic.generate()))
+    params = Params(histograms=histogram_params_of(synthetic.metadata(100_000_000)),
+                    detector=DetectorParams(detector="vpf-ip", max_phases=2))
+    pipe = Pipeline(params, synthetic.BASE_MHZ)
+    tap = PredictionTap.for_pipeline(pipe)
+    assert tap.max_phases == 2
+    for a in range(0, len(samples), 500):
+        iv = pipe.feed(samples.slice(a, a + 500))
+        tap.classified(Classified("", iv, iv.phase))
+    live = set(pipe.classifier.ids[pipe.classifier.ids >= 0].tolist())
+    assert pipe.classifier.retired > 0
+    assert set(tap.predictors[""].memory) <= live
+    # a later tap started from what this one learnt, of the phases the pipeline knows
+    again = Pipeline(params, synthetic.BASE_MHZ)
+    again.start_from(pipe.known_phases())
+    seeded = PredictionTap.for_pipeline(again, tap.memory("", live))
+    known = set(again.classifier.ids[again.classifier.ids >= 0].tolist())
+    assert seeded.predictors[""].runs_kept > 0 and set(seeded.predictors[""].memory) <= known
+    assert PredictionTap.for_pipeline(again).predictors == {}
