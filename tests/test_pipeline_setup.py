@@ -44,8 +44,8 @@ def test_the_guessed_text_range_spans_the_user_ips_only():
     pipe = Pipeline(p, synthetic.BASE_MHZ)
     first = concat(list(synthetic.generate())).slice(0, 6)
     columns = dict(first.columns)
-    columns["ip"] = np.array([0, 0x401000, 0xFFFF_FFFF_8100_0000, 0x402FFF, 0, 0x400800],
-                             np.uint64)
+    columns["ip"] = np.array([0, 0x401000, 0xFFFF_FFFF_8100_0000, 0x402FFF,
+                              0xFFFF_8000_0000_0000, 0x400800], np.uint64)   # kernel from there
     pipe.feed(SampleBatch(columns))
     assert pipe.text_range == (0x400800, 0x403000)
 

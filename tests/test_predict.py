@@ -14,7 +14,7 @@ from phasewatch.core.predict import NONE, PhasePredictor, Prediction, Prediction
 from phasewatch.core.prediction import ERROR_BIN, ERROR_CAP, PredictionScore, PredictionTap
 from phasewatch.core.source import Classified
 
-A, B, C = 0, 1, 2
+A, B, C, D = 0, 1, 2, 3
 
 
 def runs(*pairs) -> list[int]:
@@ -376,6 +376,7 @@ def test_a_context_keeps_its_last_sixteen_runs(newer, share_ended):
 def test_nothing_known_of_the_successor_gives_no_confidence_in_it():
     said = predictions(runs((A, 4)))
     assert all(s.after_change == NONE and s.confidence_after_change == 0.0 for s in said)
+    assert all(s.confidence_remaining == 0.0 for s in said)     # as long again: a guess
 
 
 def test_runs_whose_successor_was_forgotten_fall_back_to_the_run_before():
@@ -461,3 +462,17 @@ def test_the_tap_of_a_pipeline_keeps_to_the_classifiers_live_phases():
     known = set(again.classifier.ids[again.classifier.ids >= 0].tolist())
     assert seeded.predictors[""].runs_kept > 0 and set(seeded.predictors[""].memory) <= known
     assert PredictionTap.for_pipeline(again).predictors == {}
+
+
+def test_the_remaining_length_is_the_lower_median_of_the_runs_alike():
+    # after (A, B), A lasted 2, 4, 6, 8 and 10: on its first interval, the
+    # lower median 6 less the one so far
+    seq = runs((A, 1), (B, 1), *[run for n in (2, 4, 6, 8, 10) for run in ((A, n), (B, 1))],
+               (A, 1))
+    assert predictions(seq)[-1].remaining == 5
+
+
+def test_two_runs_alike_in_the_closest_context_are_enough():
+    # after (B, D), A lasted 3 twice; over all contexts, mostly 9
+    seq = runs(*[(A, 9), (B, 1), (C, 1)] * 5, *[(A, 3), (B, 1), (D, 1)] * 3, (A, 1))
+    assert predictions(seq)[-1].remaining == 2
