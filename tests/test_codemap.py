@@ -251,3 +251,24 @@ def test_mappings_build_in_time_that_grows_about_linearly():
     assert len(CodeMap.from_mappings(large).starts) == 12_000
     ratio = growth(CodeMap.from_mappings, small, large, repeat=3)
     assert ratio < 150, f"{ratio:.0f} times longer for 20 times the mappings"
+
+
+def test_a_process_own_mappings_come_first_then_those_of_no_process():
+    """Mappings with a ``pid`` hold for that process only; an IP in none of
+    its process's falls back to the mappings recorded without a process."""
+    own = [{"start": 0x7F0000000000, "end": 0x7F0000020000, "offset": 0x0,
+            "path": "/lib/libq.so", "pid": 7}]
+    mappings = MAPPINGS + own
+    ips = np.array([0x401000, 0x7F0000001000, 0x7F0000030000, 0x7F0000101000] * 3, np.uint64)
+    pids = np.repeat([7, 9, 0], 4)
+    t = np.full(len(ips), 100, np.int64)
+
+    def plain(ip, pid):
+        mine = [m for m in own if m["pid"] == pid and m["start"] <= ip < m["end"]]
+        return plain_entry(ip, 100, mine if mine else MAPPINGS, 12, 1024)
+    want = [plain(int(ip), int(pid)) for ip, pid in zip(ips, pids)]
+    out = np.empty(len(ips), np.int32)
+    CodeMap.from_mappings(mappings).bins(ips, t, 12, 1024, out, pids=pids)
+    assert out.tolist() == want
+    assert code_bins_reference(ips, t, mappings, 12, 1024, pids=pids).tolist() == want
+    assert want[1] != want[5] == want[9]      # libq for process 7 only
