@@ -239,3 +239,13 @@ def test_stats_tell_the_detector_interval_and_samples(samples, ip_run):
     assert (s.detector, s.adaptive, s.samples) == ("vpf-ip", False, len(samples))
     assert s.interval == "every 100,000,000 instructions"
     assert s.threshold == ip_run[1].threshold == DetectorParams().threshold
+
+
+def test_a_batch_of_more_intervals_than_the_scratch_holds(samples):
+    # every 10 samples an interval: 755 in one batch, beyond the 256 made room for first
+    got, _ = run(samples, params("vpf", interval=IntervalParams(kind="samples", samples=10)))
+    n = len(samples) // 10
+    assert len(got) == n > 256
+    assert (got.samples == 10).all()
+    assert got.t_end_ns.tolist() == samples["t_ns"][9::10][:n].tolist()
+    assert got.index.tolist() == list(range(n))

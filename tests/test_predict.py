@@ -476,3 +476,25 @@ def test_two_runs_alike_in_the_closest_context_are_enough():
     # after (B, D), A lasted 3 twice; over all contexts, mostly 9
     seq = runs(*[(A, 9), (B, 1), (C, 1)] * 5, *[(A, 3), (B, 1), (D, 1)] * 3, (A, 1))
     assert predictions(seq)[-1].remaining == 2
+
+
+def test_a_run_30_percent_off_the_median_is_still_near_it():
+    # after (A, B), A lasted 10, 10 and 13: the median is 10, and 13 is within 30 %
+    seq = runs((A, 1), (B, 1), *[run for n in (10, 10, 13) for run in ((A, n), (B, 1))],
+               (A, 1))
+    last = predictions(seq)[-1]
+    assert last.remaining == 9 and last.confidence_remaining == 1.0
+
+
+def test_half_the_runs_ending_here_is_not_enough_to_foresee_a_change():
+    # after (A, B), A lasted 4, 8, 4 and 8: at 4, half ended, half went on
+    seq = runs((A, 1), (B, 1), *[run for n in (4, 8, 4, 8) for run in ((A, n), (B, 1))], (A, 4))
+    last = predictions(seq)[-1]
+    assert last.next_phase == A and last.after_change == B
+    assert last.confidence_next == 0.5
+
+
+def test_a_seeded_run_lasts_at_least_one_interval():
+    p = PhasePredictor()
+    assert p.seed({"version": 1, "phases": [[A, [[[], [[0, B], [3, B]]]]]]}, known=[A, B])
+    assert p.memory_dict()["phases"] == [[A, [[[], [[1, B], [3, B]]]]]]
