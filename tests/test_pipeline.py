@@ -249,3 +249,15 @@ def test_a_batch_of_more_intervals_than_the_scratch_holds(samples):
     assert (got.samples == 10).all()
     assert got.t_end_ns.tolist() == samples["t_ns"][9::10][:n].tolist()
     assert got.index.tolist() == list(range(n))
+
+
+def test_an_interval_held_across_batches_and_not_confirmed_keeps_its_label():
+    # one interval of "memory" amid compute-a: a candidate the next interval
+    # does not confirm; fed a sample at a time, it waits in one batch for the next
+    blip = concat(list(synthetic.generate((("compute-a", 6), ("memory", 1), ("compute-a", 4)))))
+    p = params("vpf-ip")
+    whole, _ = run(blip, p)
+    pieces, _ = run(blip, p, chunk=1)
+    assert len(whole) == 11 and (whole.phase >= 0).all()
+    assert pieces.phase.tolist() == whole.phase.tolist()
+    assert pieces.new_phase.tolist() == whole.new_phase.tolist()
