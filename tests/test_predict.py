@@ -464,12 +464,12 @@ def test_the_tap_of_a_pipeline_keeps_to_the_classifiers_live_phases():
     assert PredictionTap.for_pipeline(again).predictors == {}
 
 
-def test_the_remaining_length_is_the_lower_median_of_the_runs_alike():
-    # after (A, B), A lasted 2, 4, 6, 8 and 10: on its first interval, the
-    # lower median 6 less the one so far
-    seq = runs((A, 1), (B, 1), *[run for n in (2, 4, 6, 8, 10) for run in ((A, n), (B, 1))],
-               (A, 1))
-    assert predictions(seq)[-1].remaining == 5
+@pytest.mark.parametrize("lengths, median", [((2, 4, 6, 8, 10), 6), ((2, 4, 6, 8), 4)])
+def test_the_remaining_length_is_the_lower_median_of_the_runs_alike(lengths, median):
+    # after (A, B), A lasted these: on its first interval, the lower median
+    # less the one so far
+    seq = runs((A, 1), (B, 1), *[run for n in lengths for run in ((A, n), (B, 1))], (A, 1))
+    assert predictions(seq)[-1].remaining == median - 1
 
 
 def test_two_runs_alike_in_the_closest_context_are_enough():
@@ -498,3 +498,21 @@ def test_a_seeded_run_lasts_at_least_one_interval():
     p = PhasePredictor()
     assert p.seed({"version": 1, "phases": [[A, [[[], [[0, B], [3, B]]]]]]}, known=[A, B])
     assert p.memory_dict()["phases"] == [[A, [[[], [[1, B], [3, B]]]]]]
+
+
+def test_a_phase_keeps_its_most_recently_used_contexts():
+    # A after each of ten other phases X: contexts (A, X) and (X,) for each, and ()
+    p = PhasePredictor()
+    for x in runs(*[run for other in range(10, 20) for run in ((other, 1), (A, 1))], (B, 1)):
+        p.observe(x)
+    kept = list(p.memory[A])
+    assert len(kept) == predict.CONTEXTS
+    assert kept[-1] == () and (19,) in kept and (10,) not in kept
+
+
+def test_a_phase_dropped_beyond_the_bound_leaves_the_context_of_the_runs_after():
+    p = PhasePredictor(max_phases=2)
+    for x in runs((A, 1), (B, 1), (C, 1), (B, 1)):      # C drops A
+        p.observe(x)
+    assert set(p.memory) == {B, C}
+    assert set(p.memory[C]) == {(B,), ()}
