@@ -260,7 +260,7 @@ def test_a_process_own_mappings_come_first_then_those_of_no_process():
             "path": "/lib/libq.so", "pid": 7}]
     mappings = MAPPINGS + own
     ips = np.array([0x401000, 0x7F0000001000, 0x7F0000030000, 0x7F0000101000] * 3, np.uint64)
-    pids = np.repeat([7, 9, 0], 4)
+    pids = np.repeat([7, 1, 0], 4)
     t = np.full(len(ips), 100, np.int64)
 
     def plain(ip, pid):
@@ -272,3 +272,11 @@ def test_a_process_own_mappings_come_first_then_those_of_no_process():
     assert out.tolist() == want
     assert code_bins_reference(ips, t, mappings, 12, 1024, pids=pids).tolist() == want
     assert want[1] != want[5] == want[9]      # libq for process 7 only
+
+
+def test_an_empty_mapping_list_places_every_user_ip_by_its_address():
+    ips = np.array([0x401000, 0x7F0000001000, 0], np.uint64)
+    t, pids = np.zeros(3, np.int64), np.array([5, 0, 5])
+    out = np.empty(3, np.int32)
+    CodeMap.from_mappings([]).bins(ips, t, 12, 1024, out, pids=pids)
+    assert out.tolist() == [plain_entry(int(ip), 0, [], 12, 1024) for ip in ips]
