@@ -377,6 +377,7 @@ def test_nothing_known_of_the_successor_gives_no_confidence_in_it():
     said = predictions(runs((A, 4)))
     assert all(s.after_change == NONE and s.confidence_after_change == 0.0 for s in said)
     assert all(s.confidence_remaining == 0.0 for s in said)     # as long again: a guess
+    assert all(s.next_phase == A and s.confidence_next == 1.0 for s in said)
 
 
 def test_runs_whose_successor_was_forgotten_fall_back_to_the_run_before():
@@ -389,7 +390,8 @@ def test_runs_whose_successor_was_forgotten_fall_back_to_the_run_before():
 
 
 def test_no_phase_predicts_nothing_with_no_confidence():
-    assert PhasePredictor().observe(-1) == Prediction(NONE, NONE, NONE, 0.0, 0.0, 0.0)
+    # -1: "no phase", as the classifier's phase column says it
+    assert PhasePredictor().observe(-1) == Prediction(-1, -1, -1, 0.0, 0.0, 0.0)
 
 
 def test_the_predictor_keeps_as_many_phases_as_the_classifier_by_default():
@@ -516,3 +518,20 @@ def test_a_phase_dropped_beyond_the_bound_leaves_the_context_of_the_runs_after()
         p.observe(x)
     assert set(p.memory) == {B, C}
     assert set(p.memory[C]) == {(B,), ()}
+
+
+def test_a_seeded_context_of_two_runs_is_kept_and_one_of_three_is_not():
+    p = PhasePredictor()
+    memory = {"version": 1, "phases": [[A, [[[B, C], [[3, B]]], [[C, B, C], [[4, B]]]]]]}
+    assert p.seed(memory, known=[A, B, C])
+    assert list(p.memory[A]) == [(B, C)]
+
+
+def test_only_changes_score_the_phase_after_a_change():
+    # predicted on each interval: the phase after its run ends
+    seq = [A, A, A, B]
+    rows = [Prediction(A, after, 1, 1.0, 1.0, 1.0) for after in (A, A, B, NONE)]
+    score = PredictionScore()
+    scored(score, seq, rows)
+    assert (score.change_right, score.change_wrong) == (1, 0)
+    assert score.summary()["changes"] == 1
