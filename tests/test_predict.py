@@ -445,7 +445,8 @@ def test_the_tap_of_a_pipeline_keeps_to_the_classifiers_live_phases():
     from phasewatch.core.params import DetectorParams, Params, histogram_params_of
     from phasewatch.core.pipeline import Pipeline
     from phasewatch.formats import synthetic
-    samples = concat(list(synthetic.generate()))
+    samples = concat(list(synthetic.generate(
+        (("compute-a", 4), ("memory", 4), ("mixed", 4), ("compute-a", 4), ("memory", 4)) * 2)))
     params = Params(histograms=histogram_params_of(synthetic.metadata(100_000_000)),
                     detector=DetectorParams(detector="vpf-ip", max_phases=2))
     pipe = Pipeline(params, synthetic.BASE_MHZ)
