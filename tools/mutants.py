@@ -235,6 +235,23 @@ def forget_survivors(module: str) -> None:
             db.execute("DELETE FROM work_results WHERE test_outcome IN ('SURVIVED', 'survived')")
 
 
+DEFERRED = "Deferred: only the survivors run again"
+
+
+def defer_unrun(module: str, deferred: bool) -> None:
+    """Set aside the mutants not yet run (marked skipped), or bring them
+    back, so that a run of the survivors alone tries nothing else."""
+    if not (session(module).exists() and session(module).stat().st_size):
+        return
+    with sqlite3.connect(session(module)) as db:
+        if deferred:
+            db.execute("INSERT INTO work_results (worker_outcome, output, job_id) "
+                       "SELECT 'SKIPPED', ?, job_id FROM work_items "
+                       "WHERE job_id NOT IN (SELECT job_id FROM work_results)", (DEFERRED,))
+        else:
+            db.execute("DELETE FROM work_results WHERE output = ?", (DEFERRED,))
+
+
 def tally(module: str) -> tuple[int, int, int, list[str]]:
     """(killed, done, total, survivors as 'line: operator') of a session."""
     from cosmic_ray.work_db import WorkDB, use_db
@@ -272,21 +289,29 @@ def main() -> None:
     parser.add_argument("--report", action="store_true", help="only report what has run")
     parser.add_argument("--retest-survivors", action="store_true",
                         help="run the mutants that survived again (after new tests)")
+    parser.add_argument("--only-survivors", action="store_true",
+                        help="with --retest-survivors: those alone, not the mutants not yet run")
     args = parser.parse_args()
     chosen = [m if m.endswith(".py") else m + ".py" for m in args.modules] or list(TESTS)
     unknown = [m for m in chosen if m not in TESTS]
     if unknown:
         sys.exit(f"mutants: no tests mapped for {', '.join(unknown)}: one of {', '.join(TESTS)}")
     BUILD.mkdir(parents=True, exist_ok=True)
-    if args.retest_survivors:
-        for module in chosen:
-            forget_survivors(module)
+    only = args.retest_survivors and args.only_survivors
     if not args.report:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit("mutants: stopped (the session resumes)"))
         copy_tree()
         try:
             for module in chosen:
-                run_module(module)
+                if only:
+                    defer_unrun(module, True)
+                if args.retest_survivors:
+                    forget_survivors(module)
+                try:
+                    run_module(module)
+                finally:
+                    if only:
+                        defer_unrun(module, False)
         finally:
             shutil.rmtree(TREE)
     text = report(chosen)
