@@ -229,12 +229,27 @@ def skip_annotations(module: str) -> None:
                                                       worker_outcome=WorkerOutcome.SKIPPED))
 
 
+RETEST = "CREATE TABLE IF NOT EXISTS retest (job_id VARCHAR PRIMARY KEY)"
+
+
 def forget_survivors(module: str) -> None:
     """Drop the results of the mutants that survived, so that the session's
-    next run tries them again."""
+    next run tries them again; they are listed in ``retest`` and count as
+    survivors until they have run again."""
     if session(module).exists() and session(module).stat().st_size:
         with sqlite3.connect(session(module)) as db:
+            db.execute(RETEST)
+            db.execute("INSERT OR IGNORE INTO retest SELECT job_id FROM work_results "
+                       "WHERE test_outcome IN ('SURVIVED', 'survived')")
             db.execute("DELETE FROM work_results WHERE test_outcome IN ('SURVIVED', 'survived')")
+
+
+def waiting_retest(module: str) -> set[str]:
+    """Survivors set aside to run again that have not run yet."""
+    with sqlite3.connect(session(module)) as db:
+        db.execute(RETEST)
+        return {j for (j,) in db.execute("SELECT job_id FROM retest WHERE job_id NOT IN "
+                                          "(SELECT job_id FROM work_results)")}
 
 
 DEFERRED = "Deferred: only the survivors run again"
@@ -247,9 +262,11 @@ def defer_unrun(module: str, deferred: bool) -> None:
         return
     with sqlite3.connect(session(module)) as db:
         if deferred:
+            db.execute(RETEST)
             db.execute("INSERT INTO work_results (worker_outcome, output, job_id) "
                        "SELECT 'SKIPPED', ?, job_id FROM work_items "
-                       "WHERE job_id NOT IN (SELECT job_id FROM work_results)", (DEFERRED,))
+                       "WHERE job_id NOT IN (SELECT job_id FROM work_results) "
+                       "AND job_id NOT IN (SELECT job_id FROM retest)", (DEFERRED,))
         else:
             db.execute("DELETE FROM work_results WHERE output = ?", (DEFERRED,))
 
@@ -264,9 +281,13 @@ def tally(module: str) -> tuple[int, int, int, list[str]]:
     counted = {j: r for j, r in results.items() if r.worker_outcome != WorkerOutcome.SKIPPED}
     total = len(items) - (len(results) - len(counted))
     killed = [j for j, r in counted.items() if r.test_outcome != TestOutcome.SURVIVED]
+    # a survivor set aside to run again is one until it has
+    survived = [j for j, r in counted.items() if r.test_outcome == TestOutcome.SURVIVED]
+    survived += sorted(waiting_retest(module))
     survivors = sorted((items[j].mutations[0].start_pos[0], items[j].mutations[0].operator_name)
-                       for j, r in counted.items() if r.test_outcome == TestOutcome.SURVIVED)
-    return len(killed), len(counted), total, [f"{line}: {op}" for line, op in survivors]
+                       for j in survived)
+    return (len(killed), len(killed) + len(survived), total,
+            [f"{line}: {op}" for line, op in survivors])
 
 
 def report(modules: list[str]) -> str:
