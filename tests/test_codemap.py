@@ -280,3 +280,16 @@ def test_an_empty_mapping_list_places_every_user_ip_by_its_address():
     out = np.empty(3, np.int32)
     CodeMap.from_mappings([]).bins(ips, t, 12, 1024, out, pids=pids)
     assert out.tolist() == [plain_entry(int(ip), 0, [], 12, 1024) for ip in ips]
+
+
+def test_a_mapping_inside_another_from_a_later_time():
+    """Sorted by start, not by end: a later mapping nested in an earlier one
+    takes its addresses from its time on, the outer one keeps the rest."""
+    nested = [{"start": 0x400000, "end": 0x500000, "offset": 0x0, "path": "/usr/bin/outer"},
+              {"start": 0x410000, "end": 0x420000, "offset": 0x3000, "path": "/lib/inner.so",
+               "t_ns": 100}]
+    ips = np.array([0x405000, 0x415000, 0x415000, 0x430000, 0x4FF000], np.uint64)
+    t = np.array([150, 50, 150, 150, 150], np.int64)
+    out = np.empty(len(ips), np.int32)
+    CodeMap.from_mappings(nested).bins(ips, t, 12, 1024, out)
+    assert out.tolist() == [plain_entry(int(ip), int(w), nested, 12, 1024) for ip, w in zip(ips, t)]
