@@ -240,7 +240,8 @@ def test_a_phase_keeps_its_most_recently_used_contexts():
         p.observe(x)
     kept = list(p.memory[A])
     assert len(kept) == predict.CONTEXTS
-    assert kept[-1] == () and (19,) in kept and (10,) not in kept
+    # the eight used last, least recently used first: () with every run
+    assert kept == [(16,), (A, 17), (17,), (A, 18), (18,), (A, 19), (19,), ()]
 
 
 def test_a_phase_dropped_beyond_the_bound_leaves_the_context_of_the_runs_after():
@@ -266,3 +267,10 @@ def test_only_changes_score_the_phase_after_a_change():
     scored(score, seq, rows)
     assert (score.change_right, score.change_wrong) == (1, 0)
     assert score.summary()["changes"] == 1
+
+
+def test_past_every_run_known_the_successor_is_where_most_of_them_went():
+    # A went to B after 1 and 2 intervals, to C after 3; after D (a context
+    # never seen) A has lasted 5: longer than any, so all three runs count
+    seq = runs((A, 1), (B, 1), (A, 2), (B, 1), (A, 3), (C, 1), (D, 1), (A, 5))
+    assert predictions(seq)[-1].after_change == B
