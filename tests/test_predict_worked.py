@@ -274,3 +274,24 @@ def test_past_every_run_known_the_successor_is_where_most_of_them_went():
     # never seen) A has lasted 5: longer than any, so all three runs count
     seq = runs((A, 1), (B, 1), (A, 2), (B, 1), (A, 3), (C, 1), (D, 1), (A, 5))
     assert predictions(seq)[-1].after_change == B
+
+
+def test_intervals_without_a_phase_score_no_remaining_length():
+    score = PredictionScore()
+    seq = [-1, -1, A, A, B]
+    rows = [Prediction(x, NONE, 0, 0.0, 0.0, 0.0) for x in seq]
+    scored(score, seq, rows)
+    assert score.summary()["remaining_scored"] == 2          # A's two; B's run goes on
+
+
+def test_an_error_just_under_the_cap_is_not_read_as_the_cap():
+    # a run of 2,000: the first 1,501 predicted 3.998-4 times too long (relative
+    # to the true remaining length plus one), the rest exactly; the median is
+    # in the last bin below the cap
+    length = 2000
+    true = length - 1 - np.arange(length)
+    said = np.where(true + 1 >= 500, true + np.ceil(3.998 * (true + 1)), true).astype(int)
+    score = PredictionScore()
+    rows = [Prediction(A, B, r, 1.0, 1.0, 1.0) for r in said.tolist()]
+    scored(score, runs((A, length), (B, 1)), rows + [Prediction(B, A, 0, 1.0, 1.0, 1.0)])
+    assert 3.998 <= score.median_remaining_error < 4.0
