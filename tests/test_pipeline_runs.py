@@ -94,3 +94,10 @@ def test_an_interval_held_across_batches_and_not_confirmed_keeps_its_label():
     assert len(whole) == 11 and (whole.phase >= 0).all()
     assert pieces.phase.tolist() == whole.phase.tolist()
     assert pieces.new_phase.tolist() == whole.new_phase.tolist()
+    # fed in two, the first ending with the blip: six intervals, then it waits
+    cut = int(np.searchsorted(blip["t_ns"], whole.t_end_ns[6], side="right"))
+    pipe = Pipeline(p, synthetic.BASE_MHZ)
+    first = pipe.feed(blip.slice(0, cut))
+    assert first.index.tolist() == list(range(6))
+    rest = Intervals.join([pipe.feed(blip.slice(cut, len(blip))), pipe.flush()])
+    assert Intervals.join([first, rest]).phase.tolist() == whole.phase.tolist()
