@@ -295,3 +295,11 @@ def test_an_error_just_under_the_cap_is_not_read_as_the_cap():
     rows = [Prediction(A, B, r, 1.0, 1.0, 1.0) for r in said.tolist()]
     scored(score, runs((A, length), (B, 1)), rows + [Prediction(B, A, 0, 1.0, 1.0, 1.0)])
     assert 3.998 <= score.median_remaining_error < 4.0
+
+
+def test_errors_beyond_the_cap_read_as_the_cap():
+    from phasewatch.core.prediction import ERROR_CAP
+    score = PredictionScore()
+    rows = [Prediction(A, B, 100, 1.0, 1.0, 1.0)] * 2 + [Prediction(B, A, 0, 1.0, 1.0, 1.0)]
+    scored(score, [A, A, B], rows)          # 99 / 2 and 100 / 1 times off
+    assert score.median_remaining_error == ERROR_CAP
