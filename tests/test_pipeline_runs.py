@@ -6,7 +6,7 @@ interval across batches."""
 import numpy as np
 import pytest
 
-from phasewatch.core.batch import concat
+from phasewatch.core.batch import SampleBatch, concat
 from phasewatch.core.params import DetectorParams, IntervalParams
 from phasewatch.core.pipeline import Intervals, Pipeline
 from phasewatch.formats import synthetic
@@ -101,3 +101,18 @@ def test_an_interval_held_across_batches_and_not_confirmed_keeps_its_label():
     assert first.index.tolist() == list(range(6))
     rest = Intervals.join([pipe.feed(blip.slice(cut, len(blip))), pipe.flush()])
     assert Intervals.join([first, rest]).phase.tolist() == whole.phase.tolist()
+
+
+def test_an_interval_across_batches_keeps_each_segments_sample_count(samples):
+    # without a TSC the busy share is unknown and the clock known: their
+    # segments count different samples, carried apart into the next batch
+    some = SampleBatch({k: v for k, v in samples.slice(0, 3000).columns.items() if k != "tsc"})
+    p = params("vpf-ip")
+    profiles = []
+    for cuts in ((0, 3000), (0, 1550, 3000)):
+        pipe = Pipeline(p, synthetic.BASE_MHZ)
+        pipe.keep_profiles()
+        got = Intervals.join([pipe.feed(some.slice(a, b)) for a, b in zip(cuts, cuts[1:])])
+        profiles.append(got.profiles)
+        assert (got.segment_samples[:, 3] > 0).all() and (got.segment_samples[:, 4] == 0).all()
+    np.testing.assert_array_equal(profiles[0], profiles[1])
