@@ -303,3 +303,10 @@ def test_errors_beyond_the_cap_read_as_the_cap():
     rows = [Prediction(A, B, 100, 1.0, 1.0, 1.0)] * 2 + [Prediction(B, A, 0, 1.0, 1.0, 1.0)]
     scored(score, [A, A, B], rows)          # 99 / 2 and 100 / 1 times off
     assert score.median_remaining_error == ERROR_CAP
+
+
+def test_seeding_more_phases_than_the_bound_keeps_the_last_ones():
+    memory = {"version": 1, "phases": [[x, [[[], [[2, B]]]]] for x in (A, C, D)]}
+    p = PhasePredictor(max_phases=2)
+    assert p.seed(memory, known=[A, B, C, D])
+    assert list(p.memory) == [C, D]
