@@ -310,3 +310,34 @@ def test_seeding_more_phases_than_the_bound_keeps_the_last_ones():
     p = PhasePredictor(max_phases=2)
     assert p.seed(memory, known=[A, B, C, D])
     assert list(p.memory) == [C, D]
+
+
+def test_the_tap_predicts_a_block_of_one_interval_and_one_starting_at_any_phase():
+    tap = PredictionTap()
+    one = intervals_of([C])
+    tap.classified(Classified("", one, one.phase))
+    assert one.prediction is not None and one.prediction.next_phase.tolist() == [C]
+    more = intervals_of([C, C, B])
+    tap.classified(Classified("", more, more.phase))
+    said = predictions([C] * 3 + [B])[1:]          # the first block went on the same
+    assert more.prediction.next_phase.tolist() == [p.next_phase for p in said]
+    assert more.prediction.remaining.tolist() == [p.remaining for p in said]
+
+
+def test_the_tap_of_a_pipeline_keeps_phase_0_while_it_lives():
+    from phasewatch.core.batch import concat
+    from phasewatch.core.params import DetectorParams, Params, histogram_params_of
+    from phasewatch.core.pipeline import Pipeline
+    from phasewatch.formats import synthetic
+    samples = concat(list(synthetic.generate(
+        (("compute-a", 4), ("memory", 4), ("compute-a", 4), ("mixed", 4), ("compute-a", 4)))))
+    params = Params(histograms=histogram_params_of(synthetic.metadata(100_000_000)),
+                    detector=DetectorParams(detector="vpf-ip", max_phases=2))
+    pipe = Pipeline(params, synthetic.BASE_MHZ)
+    tap = PredictionTap.for_pipeline(pipe)
+    for a in range(0, len(samples), 300):
+        iv = pipe.feed(samples.slice(a, a + 300))
+        tap.classified(Classified("", iv, iv.phase))
+    # compute-a is phase 0 throughout; memory's phase made way for mixed's
+    assert pipe.classifier.retired == 1
+    assert set(tap.predictors[""].memory) == {0, 2}
