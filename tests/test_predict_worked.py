@@ -341,3 +341,5 @@ def test_the_tap_of_a_pipeline_keeps_phase_0_while_it_lives():
     # compute-a is phase 0 throughout; memory's phase made way for mixed's
     assert pipe.classifier.retired == 1
     assert set(tap.predictors[""].memory) == {0, 2}
+    # and its runs before the retirement are remembered
+    assert sum(len(runs_.pairs) for runs_ in tap.predictors[""].memory[0].values()) > 0
