@@ -23,6 +23,13 @@ tell from the original.
     python tools/mutants.py                 # every module (hours)
     python tools/mutants.py core/codemap    # chosen modules
     python tools/mutants.py --report        # the report of what has run
+    python tools/mutants.py --retest-survivors --only-survivors core/predict
+                                            # its survivors again, after new tests
+
+A session is stamped with the SHA-256 of the module it was made from and is
+made afresh when the module has changed (its mutants name places by line and
+column).  Mutants inside annotations are skipped: with ``from __future__
+import annotations`` no annotation is evaluated.
 """
 
 from __future__ import annotations
