@@ -72,21 +72,21 @@ def test_the_current_run_goes_on_when_another_phase_is_forgotten():
     assert (fourth.next_phase, fourth.remaining) == (C, 0)
 
 
-def test_a_long_run_keeps_every_second_then_every_fourth_remaining_prediction():
+@pytest.mark.parametrize("length, kept", [(10_000, 2500), (12_000, 3000)])
+def test_a_long_run_keeps_every_second_then_every_fourth_remaining_prediction(length, kept):
     # 10,000 intervals of A in blocks of 1,000, each predicted exactly, then B.
     # Positions 1-5,000 pend; at 5,000 (>= 4,096) the odd ones go: 2,500 kept.
     # Blocks 6-9 add their even positions, 500 each: 4,500 at 9,000, and only
     # multiples of 4 stay: 2,250. Block 10 adds its 250 multiples of 4.
     from phasewatch.core.prediction import PENDING
     score = PredictionScore()
-    length = 10_000
     for start in range(0, length, 1000):
         left = length - 1 - np.arange(start, start + 1000)
         score.add(np.full(1000, A), Predictions.of(
             [Prediction(A, B, r, 1.0, 1.0, 1.0) for r in left.tolist()], 1.0))
         assert score.pending <= PENDING + 1000
     score.add(np.array([B]), Predictions.of([Prediction(B, A, 0, 1.0, 1.0, 1.0)], 1.0))
-    assert score.summary()["remaining_scored"] == 2500
+    assert score.summary()["remaining_scored"] == kept       # 12,000: 2,250 + 3 x 250
     assert score.median_remaining_error == pytest.approx(ERROR_BIN / 2)
 
 
@@ -343,3 +343,13 @@ def test_the_tap_of_a_pipeline_keeps_phase_0_while_it_lives():
     assert set(tap.predictors[""].memory) == {0, 2}
     # and its runs before the retirement are remembered
     assert sum(len(runs_.pairs) for runs_ in tap.predictors[""].memory[0].values()) > 0
+
+
+def test_a_first_short_run_scores_each_of_its_intervals_and_a_wrong_change_counts():
+    score = PredictionScore()
+    rows = [Prediction(A, C, 1, 1.0, 1.0, 1.0), Prediction(A, C, 0, 1.0, 1.0, 1.0),
+            Prediction(B, A, 0, 1.0, 1.0, 1.0)]
+    scored(score, [A, A, B], rows)
+    summary = score.summary()
+    assert summary["remaining_scored"] == 2
+    assert (summary["changes"], summary["change_accuracy"]) == (1, 0.0)    # C said, B came
