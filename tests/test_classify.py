@@ -147,3 +147,10 @@ def test_no_phase_before_the_first_interval_with_data():
                                      ClassifierState(32, 3, DetectorParams()))
     assert list(phase) == [-1, -1, 0] and list(status) == [NO_DATA, NO_DATA, MATCHED]
     assert list(new) == [False, False, True]
+
+
+def test_log_cpi_where_both_counts_are_known():
+    from phasewatch.core.classify import interval_log_cpi
+    got = interval_log_cpi(np.array([10, 0, 5, 4]), np.array([1, 7, 0, 8]))
+    assert got[0] == np.log(0.1) and got[3] == np.log(2.0)
+    assert np.isnan(got[1]) and np.isnan(got[2])

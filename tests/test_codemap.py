@@ -251,3 +251,45 @@ def test_mappings_build_in_time_that_grows_about_linearly():
     assert len(CodeMap.from_mappings(large).starts) == 12_000
     ratio = growth(CodeMap.from_mappings, small, large, repeat=3)
     assert ratio < 150, f"{ratio:.0f} times longer for 20 times the mappings"
+
+
+def test_a_process_own_mappings_come_first_then_those_of_no_process():
+    """Mappings with a ``pid`` hold for that process only; an IP in none of
+    its process's falls back to the mappings recorded without a process."""
+    own = [{"start": 0x7F0000000000, "end": 0x7F0000020000, "offset": 0x0,
+            "path": "/lib/libq.so", "pid": 7}]
+    mappings = MAPPINGS + own
+    ips = np.array([0x401000, 0x7F0000001000, 0x7F0000030000, 0x7F0000101000] * 3, np.uint64)
+    pids = np.repeat([7, 1, 0], 4)
+    t = np.full(len(ips), 100, np.int64)
+
+    def plain(ip, pid):
+        mine = [m for m in own if m["pid"] == pid and m["start"] <= ip < m["end"]]
+        return plain_entry(ip, 100, mine if mine else MAPPINGS, 12, 1024)
+    want = [plain(int(ip), int(pid)) for ip, pid in zip(ips, pids)]
+    out = np.empty(len(ips), np.int32)
+    CodeMap.from_mappings(mappings).bins(ips, t, 12, 1024, out, pids=pids)
+    assert out.tolist() == want
+    assert code_bins_reference(ips, t, mappings, 12, 1024, pids=pids).tolist() == want
+    assert want[1] != want[5] == want[9]      # libq for process 7 only
+
+
+def test_an_empty_mapping_list_places_every_user_ip_by_its_address():
+    ips = np.array([0x401000, 0x7F0000001000, 0], np.uint64)
+    t, pids = np.zeros(3, np.int64), np.array([5, 0, 5])
+    out = np.empty(3, np.int32)
+    CodeMap.from_mappings([]).bins(ips, t, 12, 1024, out, pids=pids)
+    assert out.tolist() == [plain_entry(int(ip), 0, [], 12, 1024) for ip in ips]
+
+
+def test_a_mapping_inside_another_from_a_later_time():
+    """Sorted by start, not by end: a later mapping nested in an earlier one
+    takes its addresses from its time on, the outer one keeps the rest."""
+    nested = [{"start": 0x400000, "end": 0x500000, "offset": 0x0, "path": "/usr/bin/outer"},
+              {"start": 0x410000, "end": 0x420000, "offset": 0x3000, "path": "/lib/inner.so",
+               "t_ns": 100}]
+    ips = np.array([0x405000, 0x415000, 0x415000, 0x430000, 0x4FF000], np.uint64)
+    t = np.array([150, 50, 150, 150, 150], np.int64)
+    out = np.empty(len(ips), np.int32)
+    CodeMap.from_mappings(nested).bins(ips, t, 12, 1024, out)
+    assert out.tolist() == [plain_entry(int(ip), int(w), nested, 12, 1024) for ip, w in zip(ips, t)]

@@ -124,3 +124,9 @@ def test_value_noise_allowance_holds_sampling_noise_and_keeps_real_shifts():
         moved = [segment_distance(rng.multinomial(n, shifted) / n, n, h, 1000,
                                   CUMULATIVE_BEYOND_NOISE) for _ in range(200)]
         assert np.median(moved) > 0.5 * cumulative_distance(shifted, h)
+
+
+def test_one_bin_holds_all_of_either_histogram_at_distance_zero():
+    one = np.array([1.0])
+    assert cumulative_distance(one, one) == 0.0
+    assert cumulative_distance_reference(one, one) == 0.0

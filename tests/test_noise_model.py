@@ -67,3 +67,33 @@ def test_beyond_noise():
     assert beyond_noise(0.3, 0.4) == 0.0
     assert beyond_noise(0.7, 0.0) == pytest.approx(0.7)
     assert beyond_noise(1.0, 1.2) == 0.0
+
+
+def test_effective_samples_of_an_interval_and_a_centroid():
+    from phasewatch.core.histograms import effective_samples
+    assert effective_samples(10, 0) == 10.0          # no centroid members: the interval alone
+    assert effective_samples(10, 1) == 5.0           # two alike: half
+    assert effective_samples(12, 3) == 9.0
+
+
+def test_no_samples_expect_no_variation():
+    from phasewatch.core.histograms import (expected_total_variation,
+                                            expected_total_variation_reference)
+    h = np.array([0.25, 0.75])
+    assert expected_total_variation(h, 0) == expected_total_variation_reference(h, 0) == 0.0
+
+
+def test_each_kind_of_segment_on_a_worked_pair():
+    from phasewatch.core.histograms import CUMULATIVE
+    x, c = np.array([0.0, 1.0, 0.0, 0.0]), np.array([1.0, 0.0, 0.0, 0.0])
+    # all of x is one bin over: half the L1 distance is 1, the cumulative 1 of 3 steps;
+    # the centroid has no spread, so noise explains none of it
+    assert segment_distance(x, 10_000, c, 100, TOTAL_VARIATION) == 1.0
+    assert segment_distance(x, 10_000, c, 100, CUMULATIVE) == pytest.approx(1 / 3)
+
+
+def test_no_effective_samples_have_no_cumulative_noise():
+    from phasewatch.core.histograms import (cumulative_noise_level,
+                                            cumulative_noise_level_reference)
+    h = np.array([0.25, 0.25, 0.5])
+    assert cumulative_noise_level(h, 0.0) == cumulative_noise_level_reference(h, 0.0) == 0.0

@@ -83,8 +83,12 @@ def test_time_intervals(samples):
     t = samples["t_ns"]
     assert len(got) == (t[-1] - t[0]) // 50_000_000
     assert (np.diff(got.t_end_ns) >= 49_000_000).all()
+    # each ends at the first sample at or past the next 50 ms mark from the first sample
+    marks = t[0] + 50_000_000 * np.arange(1, len(got) + 1)
+    assert got.t_end_ns.tolist() == t[np.searchsorted(t, marks, side="left")].tolist()
     phase, _, _, ends = reference.detect(samples, p, synthetic.BASE_MHZ)
     assert np.array_equal(got.phase, phase)
+    assert np.array_equal(got.t_end_ns, t[ends])
 
 
 def test_trailing_partial_interval_is_reported_apart(samples):

@@ -160,6 +160,7 @@ def test_score_counts_what_came_true():
     assert (score.next_right, score.next_wrong) == (2, 2)
     assert (score.change_right, score.change_wrong) == (2, 0)
     assert score.foreseen == 0
+    assert score.next_accuracy == 0.5 and score.change_accuracy == 1.0
 
 
 @settings(max_examples=40, deadline=None)
@@ -205,7 +206,7 @@ def test_tap_gives_each_interval_its_prediction_in_intervals_and_seconds():
     expected = predictions(seq)
     assert pr.next_phase.tolist() == [p.next_phase for p in expected]
     assert pr.remaining.tolist() == [p.remaining for p in expected]
-    np.testing.assert_allclose(pr.remaining_s[1:], pr.remaining[1:] * 0.25)
+    np.testing.assert_array_equal(pr.remaining_s[1:], pr.remaining[1:] * 0.25)
     assert tap.summary("")["next_scored"] == len(seq) - 2
 
 
