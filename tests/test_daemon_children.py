@@ -66,7 +66,7 @@ def test_a_shell_loop_of_short_children_is_one_phase_named_from_their_code(tmp_p
     exe = tmp_path / "churn"
     subprocess.run(["gcc", "-O2", "-g", "-o", exe, "-x", "c", "-"], input=CHURN_C, text=True,
                    check=True)
-    program = script(tmp_path, f"for i in 1 2 3 4 5 6; do {exe} 90000000; done")
+    program = script(tmp_path, f"for i in 1 2 3 4 5 6; do {exe} 250000000; done")
     target = f"comm:{program.name}"
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)
