@@ -20,10 +20,20 @@ DAEMON = BIN / "phasewatchd"
 PHASEWATCH = BIN / "phasewatch"
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and never handed out before in this test run: the
+    kernel may give a port that was just closed again, and two of a test's
+    endpoints (metrics and ZeroMQ) would then meet on one port."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def write_trace(path: Path, cpus: int = 1, samples: int = 0) -> Path:
