@@ -7,14 +7,23 @@ import signal
 import threading
 
 # A SIGHUP (reload) that comes while the daemon is still starting is kept for
-# later, not left to its default action (ending the process): from here on,
-# before the slow imports below.  The `phasewatchd` command (a compiled
-# launcher, phasewatchd_launcher.c) starts the interpreter with SIGHUP
-# blocked, so one sent before this handler existed is pending, and is
-# handled here once unblocked.
+# later, not left to its default action (ending the process).  SIGHUP stays
+# blocked in every thread, and one thread takes each with sigwait: a Python
+# handler would run nested in itself under a storm of SIGHUPs, until the
+# stack overflows.  The `phasewatchd` command (a compiled launcher,
+# phasewatchd_launcher.c) starts the interpreter with SIGHUP blocked, so one
+# sent before this thread existed is pending, and is taken here.
 RELOAD = threading.Event()
-signal.signal(signal.SIGHUP, lambda *_: RELOAD.set())
-signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+
+
+def _take_sighups() -> None:
+    while True:
+        signal.sigwait({signal.SIGHUP})
+        RELOAD.set()
+
+
+threading.Thread(target=_take_sighups, name="sighup", daemon=True).start()
 
 # Closed standard descriptors get /dev/null before the imports below open files.
 from ..console import guard_stdio, start_up  # noqa: E402

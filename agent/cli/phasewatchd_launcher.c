@@ -1,13 +1,13 @@
 /* The `phasewatchd` command: starts the daemon (phasewatch.cli.phasewatchd)
  * with SIGHUP blocked.
  *
- * Python takes tens of milliseconds to start before the daemon can install
- * its SIGHUP handler; a SIGHUP in that time would end the process (its
- * default action).  A blocked signal stays blocked, and one that arrives
+ * Python takes tens of milliseconds to start before the daemon can take
+ * SIGHUPs; a SIGHUP in that time would end the process (its default
+ * action).  A blocked signal stays blocked, and one that arrives
  * stays pending, across execve (an ignored one would be lost), so this
  * launcher blocks SIGHUP first thing and then becomes the interpreter: the
- * daemon unblocks SIGHUP once its handler is in place, and a SIGHUP that came
- * during start-up is then handled as a reload.
+ * daemon keeps SIGHUP blocked and takes it with sigwait on a thread of its
+ * own, and a SIGHUP that came during start-up is then a reload.
  *
  * On x86-64 the launcher has no C library: its entry point blocks SIGHUP with
  * its first system call, before any page of a library is touched (the C
