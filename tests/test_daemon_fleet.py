@@ -8,7 +8,21 @@ import signal
 import subprocess
 import time
 
+import psutil
+
 from daemonutil import PHASEWATCH, Daemon, free_port, write_trace
+
+
+def wait_connected(pid: int, port: int, timeout: float = 60.0) -> None:
+    """Until process ``pid`` has a TCP connection established to ``port`` (a
+    loaded host may take seconds to start a command)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(c.status == psutil.CONN_ESTABLISHED and c.raddr and c.raddr.port == port
+               for c in psutil.Process(pid).net_connections("tcp")):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} did not connect to port {port} in {timeout} s")
 
 
 def test_two_daemons_through_the_proxy_reach_one_subscriber(tmp_path):
@@ -21,7 +35,8 @@ def test_two_daemons_through_the_proxy_reach_one_subscriber(tmp_path):
     sub = subprocess.Popen([str(PHASEWATCH), "subscribe", "phase.", "--endpoint", bind,
                             "--count", "15"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
-    time.sleep(2.0)     # both up and subscribed before the daemons start
+    wait_connected(sub.pid, int(bind.rsplit(":", 1)[1]))
+    time.sleep(0.5)     # the subscription passed on before the daemons start
     a = Daemon("--replay", one, "--replay-speed", "4", zmq_port=a_port)
     b = Daemon("--replay", two, "--replay-speed", "4", zmq_port=b_port)
     try:
