@@ -243,6 +243,30 @@ def test_an_ended_process_s_rows_go_once_no_sample_can_still_need_them():
     assert sink.exited == 1
 
 
+def test_ended_processes_not_in_a_batch_go_with_it_where_they_ended_before_its_last_sample():
+    """One long batch (a wake-up late on a loaded host) over many short
+    children: those that ended the grace before its last sample and have no
+    sample in it go at once, not a batch later; one sampled in it stays for
+    its samples."""
+    pipeline = RowsOnly()
+    queue = []
+    sink = ProcessMappings(10, pipeline, read=lambda pid: [], records=lambda: queue[:])
+    grace = process_maps.EXIT_GRACE_NS
+    for pid in range(11, 21):
+        t = pid * 1_000
+        queue += [TaskRecord("fork", t, pid, 10, pid, 10),
+                  MapRecord(t + 10, pid, pid, 0x1000, 0x9000, 0, f"/bin/{pid}", pid),
+                  TaskRecord("exit", t + 500, pid, 10, pid, 10)]
+    last = 20_500 + grace + 1                  # every child ended the grace before it
+    sink.batch(samples_at([1_000, 15_100, last], [10, 15, 10]))
+    queue.clear()
+    assert sink.processes == 1 and set(sink.rows_of) == {15}    # the one sampled in it
+    assert any(r.get("pid") == 15 for r in pipeline.mappings)
+    sink.batch(samples_at([last + 1], [10]))
+    assert sink.processes == 0 and sink.row_count == 0
+    assert sink.exited == 10
+
+
 def test_a_process_number_taken_again_starts_from_no_rows_of_the_ended_one():
     pipeline = RowsOnly()
     sink = ProcessMappings(10, pipeline, read=lambda pid: [], records=lambda: [])

@@ -145,8 +145,9 @@ class ProcessMappings(Sink):
             self.take(self.records())
             if len(batch):
                 t_ns = batch["t_ns"]
-                self._prune(max(int(t_ns.min()), self.last_t))
-                self.sync(batch["pid"] if "pid" in batch else None)
+                pids = batch["pid"] if "pid" in batch else None
+                self._prune(max(int(t_ns.min()), self.last_t), int(t_ns.max()), pids)
+                self.sync(pids)
                 self.last_t = max(self.last_t, int(t_ns.max()))
             return
         if "ip" not in batch or len(batch) == 0:
@@ -249,21 +250,24 @@ class ProcessMappings(Sink):
             self.record.add_mappings(fresh)
         return bool(fresh)
 
-    def _prune(self, t_ns: int) -> None:
+    def _prune(self, t_first: int, t_last: int, pids: np.ndarray | None) -> None:
         """Drop the rows of processes that ended more than :data:`EXIT_GRACE_NS`
-        before ``t_ns`` (the first sample of this batch, or the last of
-        those classified).  Every sample of a process is taken before its
-        EXIT record, and is in its CPU's ring by then; every ring is read at
-        each wake-up, so a sample taken that long before one already read
-        (or before this batch's first) was read with it or earlier: none of
-        the process's samples is left to come."""
-        limit = t_ns - EXIT_GRACE_NS
-        while self.ended:
-            pid, ended = next(iter(self.ended.items()))
-            if ended >= limit:
+        before ``t_first`` (the first sample of this batch, or the last of
+        those classified), and of those with no sample in this batch (pids
+        ``pids``) that ended that long before ``t_last``, its last sample.
+        Every sample of a process is taken before its EXIT record, and is in
+        its CPU's ring by then; every ring is read at each wake-up, so a
+        sample taken that long before one already read was read with it or
+        earlier: none of the process's samples is left to come but this
+        batch's."""
+        first, last = t_first - EXIT_GRACE_NS, t_last - EXIT_GRACE_NS
+        sampled = set() if pids is None else set(distinct(np.asarray(pids)).tolist())
+        for pid, ended in list(self.ended.items()):
+            if ended >= last:
                 break
-            del self.ended[pid]
-            self._drop(pid)
+            if ended < first or (pids is not None and pid not in sampled):
+                del self.ended[pid]
+                self._drop(pid)
 
     def _bound(self) -> None:
         """At most ``max_processes`` processes' rows (and ended ones waiting):
