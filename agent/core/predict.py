@@ -589,6 +589,10 @@ def predict_block(rules, state, table, contexts, runs, phase, new_phase, t_start
     return n_all
 
 
+#: The calls from Python, their argument types always the same.
+_predict_block, _forget_phase = predict_block.fixed(), forget_phase.fixed()
+
+
 class _Runs:
     """The (length, successor) pairs of one phase in one context, the last
     :data:`KEPT` (the memory as Python sees it: :attr:`PhasePredictor.memory`)."""
@@ -686,7 +690,7 @@ class PhasePredictor:
         ints, floats = np.empty((3, n), np.int64), np.empty((4, n), np.float64)
         at = 0
         while at < n:
-            at = predict_block(self.rules, self.state, self.table, self.contexts, self.runs,
+            at = _predict_block(self.rules, self.state, self.table, self.contexts, self.runs,
                                phase, new_phase, t_start_ns, t_end_ns, at, ints, floats)
             if at < n:
                 self._grow(min(2 * len(self.table), self.max_phases + 2))
@@ -695,7 +699,7 @@ class PhasePredictor:
     def forget(self, phase: int) -> None:
         """The phase is retired: drop what is kept of it and of its runs as
         the context or successor of others."""
-        forget_phase(self.state, self.table, self.contexts, self.runs, int(phase))
+        _forget_phase(self.state, self.table, self.contexts, self.runs, int(phase))
 
     def retain(self, live: Iterable[int]) -> None:
         """Forget every phase not in ``live`` (the classifier's phases now)."""

@@ -72,7 +72,7 @@ class PredictionScore:
             grown[:len(self.pended)] = self.pended
             self.pended = grown
         outcome = np.empty(n, np.int8)
-        score_block(self.counts, self.errors, self.pended, phases, _plain(predicted.next_phase),
+        _score_block(self.counts, self.errors, self.pended, phases, _plain(predicted.next_phase),
                     _plain(predicted.after_change), _plain(predicted.remaining), outcome)
         return outcome
 
@@ -202,6 +202,10 @@ def _count_error(errors, predicted, true):
     error = abs(float(predicted) - float(true)) / (float(true) + 1.0)
     at = int(error / ERROR_BIN)
     errors[min(at, len(errors) - 1)] += 1
+
+
+#: The call from Python, its argument types always the same.
+_score_block = score_block.fixed()
 
 
 def _share(right: int, wrong: int) -> float | None:
