@@ -58,8 +58,9 @@ class PredictionScore:
         self.counts[STRIDE] = 1
         self.errors = np.zeros(int(ERROR_CAP / ERROR_BIN) + 1, np.int64)
         #: The current run's predictions of its remaining length, at the
-        #: positions in the run that are multiples of the stride.
-        self.pended = np.zeros(PENDING, np.int64)
+        #: positions in the run that are multiples of the stride (grown as
+        #: a block needs, to :data:`PENDING` and a block more).
+        self.pended = np.zeros(256, np.int64)
 
     def add(self, phases: np.ndarray, predicted: Predictions) -> np.ndarray:
         """The phases of the next intervals and the predictions made on
