@@ -399,8 +399,9 @@ def pct(x) -> str:
 
 def table(title: str, sequences: dict[str, list[list[int]]]) -> dict:
     print(f"\n### {title}\n")
-    print("| program | intervals | changes | seen before | next: pw | LV | MFS | bound | at changes: "
-          "pw | MFS | bound | foreseen | in repeated runs | remaining error: pw | LV | MFS |")
+    print("| program | intervals | changes | seen before | next: pw | LV | MFS | bound "
+          "| at changes: pw | MFS | bound | foreseen | in repeated runs "
+          "| remaining error: pw | LV | MFS |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     pooled: dict[str, list] = {name: [] for name in PREDICTORS}
     rows = {}

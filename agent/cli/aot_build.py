@@ -120,8 +120,8 @@ def predictions() -> None:
 
     first = PhasePredictor()
     phases = np.array([0, 0, 1, 1, 0, 0, 2, -1, 2, 0], np.int64)
-    said = first.observe_block(phases, np.zeros(len(phases), np.bool_), np.zeros(len(phases), np.int64),
-                               np.zeros(len(phases), np.int64))
+    times = np.zeros(len(phases), np.int64)
+    said = first.observe_block(phases, np.zeros(len(phases), np.bool_), times, times.copy())
     PredictionScore().add(phases, said)
     second = PhasePredictor()
     second.seed(first.memory_dict(), [0, 1, 2])

@@ -34,12 +34,12 @@ per phase, ``max_phases`` phases (the least recently seen dropped first, as
 the classifier retires them).  It is held in fixed-size arrays (grown, up to
 the bound, as phases come), worked on by compiled kernels (:mod:`.kernels`)
 a block of intervals a call: the work is per run and per stretch of a run
-whose prediction changes only in the remaining length.  What it learnt can be kept beyond the run
-(:meth:`PhasePredictor.memory_dict`; ``run`` keeps it in the phase
-catalogue beside the phases) and a later run started from it
-(:meth:`PhasePredictor.seed`).  A phase's memory goes when it is retired
-(:meth:`PhasePredictor.forget`, which also drops the runs that name it as
-context and its name as successor).
+whose prediction changes only in the remaining length.  What it learnt can
+be kept beyond the run (:meth:`PhasePredictor.memory_dict`; ``run`` keeps
+it in the phase catalogue beside the phases) and a later run started from
+it (:meth:`PhasePredictor.seed`, before the first interval).  A phase's
+memory goes when it is retired (:meth:`PhasePredictor.forget`, which also
+drops the runs that name it as context and its name as successor).
 """
 
 from __future__ import annotations
