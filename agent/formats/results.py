@@ -9,7 +9,6 @@ score of putting everything in one phase.
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 import math
