@@ -33,7 +33,11 @@ Figures: next-interval accuracy, accuracy at changes (the phase after the
 change, as predicted on the last interval before it), changes whose next
 interval was foreseen, and the median relative error of the remaining
 length (|predicted - true| / (true + 1), intervals).  Per workload (summed
-over seeds), and pooled per half.
+over seeds), and pooled per half.  Beside the accuracies, their bound for a
+predictor of the sequence so far (``bounds``): every interval that stays
+right, and every change into a step taken before in the sequence (in
+brackets: into a phase seen before, which no predictor of history can
+exceed).
 
 ``--second-run``: each held-out trace as a program's second run, as the
 phase catalogue gives it: the classifier started from a first run's phases
@@ -188,6 +192,42 @@ def repeats(seqs: list[list[int]]) -> tuple[int, int]:
                 finished.add(seq[start])
             start = i
     return changes, intervals
+
+
+def bounds(seqs: list[list[int]]) -> dict:
+    """What any predictor that knows only the sequence so far can score,
+    counted as the scores count (a scored interval has a phase and so has
+    the one before it): the intervals scored, those that stay in the phase
+    (last-value is right on them), and the changes, of which those into a
+    step taken before in the sequence (a phase that followed the same phase
+    earlier: a table of past steps can name it) and those into a phase seen
+    before (a phase never seen has an id no predictor can name)."""
+    out = dict.fromkeys(("scored", "stays", "changes", "step_seen", "phase_seen"), 0)
+    for seq in seqs:
+        steps, seen = set(), set(seq[:1])
+        for before, phase in zip(seq, seq[1:]):
+            if phase >= 0 and before >= 0:
+                out["scored"] += 1
+                if phase == before:
+                    out["stays"] += 1
+                else:
+                    out["changes"] += 1
+                    out["step_seen"] += (before, phase) in steps
+                    out["phase_seen"] += phase in seen
+            if phase != before:
+                steps.add((before, phase))
+            seen.add(phase)
+    return out
+
+
+def bound_texts(b: dict) -> tuple[str, str]:
+    """The bounds of the next-interval accuracy and of the accuracy at
+    changes: a step seen before (a phase seen before)."""
+    def share(right, of):
+        return pct(right / of if of else None)
+    return (f"{share(b['stays'] + b['step_seen'], b['scored'])} "
+            f"({share(b['stays'] + b['phase_seen'], b['scored'])})",
+            f"{share(b['step_seen'], b['changes'])} ({share(b['phase_seen'], b['changes'])})")
 
 
 def labels_of(w, workdir: str, samples: int, seed: int, detector: str) -> list[int]:
@@ -359,9 +399,10 @@ def pct(x) -> str:
 
 def table(title: str, sequences: dict[str, list[list[int]]]) -> dict:
     print(f"\n### {title}\n")
-    print("| program | intervals | changes | seen before | next: pw | LV | MFS | at changes: pw "
-          "| MFS | foreseen | in repeated runs | remaining error: pw | LV | MFS |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| program | intervals | changes | seen before | next: pw | LV | MFS | bound "
+          "| at changes: pw | MFS | bound | foreseen | in repeated runs "
+          "| remaining error: pw | LV | MFS |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     pooled: dict[str, list] = {name: [] for name in PREDICTORS}
     rows = {}
     for program, seqs in sequences.items():
@@ -373,23 +414,28 @@ def table(title: str, sequences: dict[str, list[list[int]]]) -> dict:
         pw, lv, mfs = per["phasewatch"], per["last-value"], per["most frequent successor"]
         intervals = sum(len(s) for s in seqs)
         seen, repeated = repeats(seqs)
+        bound = bounds(seqs)
+        next_bound, change_bound = bound_texts(bound)
         print(f"| {program} | {intervals} | {pw['changes']} | {seen} | "
               f"{pct(pw['next_accuracy'])} | {pct(lv['next_accuracy'])} | "
-              f"{pct(mfs['next_accuracy'])} | {pct(pw['change_accuracy'])} | "
-              f"{pct(mfs['change_accuracy'])} | {pw['changes_foreseen']} | "
+              f"{pct(mfs['next_accuracy'])} | {next_bound} | {pct(pw['change_accuracy'])} | "
+              f"{pct(mfs['change_accuracy'])} | {change_bound} | {pw['changes_foreseen']} | "
               f"{pct(repeated / intervals)} | {pct(pw['median_remaining_error'])} | "
               f"{pct(lv['median_remaining_error'])} | {pct(mfs['median_remaining_error'])} |")
         rows[program] = per | {"intervals": intervals, "changes_seen_before": seen,
-                               "intervals_in_repeated_runs": repeated}
+                               "intervals_in_repeated_runs": repeated, "bounds": bound}
     total = {name: merge(scores) for name, scores in pooled.items()}
     pw, lv, mfs = total["phasewatch"], total["last-value"], total["most frequent successor"]
     n = sum(r['intervals'] for r in rows.values())
     seen = sum(r["changes_seen_before"] for r in rows.values())
     repeated = sum(r["intervals_in_repeated_runs"] for r in rows.values())
+    bound = {k: sum(r["bounds"][k] for r in rows.values()) for k in bounds([])}
+    total["bounds"] = bound
+    next_bound, change_bound = bound_texts(bound)
     print(f"| **pooled** | {n} | {pw['changes']} | {seen} | "
           f"**{pct(pw['next_accuracy'])}** | {pct(lv['next_accuracy'])} | "
-          f"{pct(mfs['next_accuracy'])} | **{pct(pw['change_accuracy'])}** | "
-          f"{pct(mfs['change_accuracy'])} | {pw['changes_foreseen']} | "
+          f"{pct(mfs['next_accuracy'])} | {next_bound} | **{pct(pw['change_accuracy'])}** | "
+          f"{pct(mfs['change_accuracy'])} | {change_bound} | {pw['changes_foreseen']} | "
           f"{pct(repeated / n if n else None)} | "
           f"**{pct(pw['median_remaining_error'])}** | {pct(lv['median_remaining_error'])} | "
           f"{pct(mfs['median_remaining_error'])} |")

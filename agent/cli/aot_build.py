@@ -108,6 +108,38 @@ def workload(tmp: Path) -> None:
     threshold_history(np.array([np.nan, 0.1, 0.2]), np.array([True, False, False]),
                       DetectorParams(adaptive=True))
     synthetic.labels()
+    predictions()
+
+
+def predictions() -> None:
+    """The predictor's calls beyond the tap's in replay: a phase forgotten,
+    memory seeded, one interval at a time, a results file's text in CSV."""
+    from ..core.predict import PhasePredictor
+    from ..core.prediction import PredictionScore
+    from ..formats.results import csv_lines, json_lines
+
+    first = PhasePredictor()
+    phases = np.array([0, 0, 1, 1, 0, 0, 2, -1, 2, 0], np.int64)
+    times = np.zeros(len(phases), np.int64)
+    said = first.observe_block(phases, np.zeros(len(phases), np.bool_), times, times.copy())
+    PredictionScore().add(phases, said)
+    second = PhasePredictor()
+    second.seed(first.memory_dict(), [0, 1, 2])
+    second.observe(1)
+    second.forget(2)
+    second.retain([0])
+    iv = _intervals(phases)
+    iv.prediction = said
+    csv_lines(iv)
+    json_lines(iv)
+
+
+def _intervals(phases: np.ndarray):
+    from ..core.pipeline import Intervals
+    n = len(phases)
+    z = np.zeros(n, np.int64)
+    return Intervals(np.arange(n), z, z + 1, z, z, z, np.zeros(n), phases, np.zeros(n, bool),
+                     np.zeros(n), np.zeros(n))
 
 
 def replay(argv: list[str]) -> None:

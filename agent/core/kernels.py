@@ -58,22 +58,48 @@ class Kernel:
         return self._dispatcher
 
     def __call__(self, *args):
+        return self.entry(*args)(*args)
+
+    def entry(self, *args):
+        """What a call with ``args`` runs: the ahead-of-time entry for their
+        types, else numba's dispatcher."""
         aot = self._aot if self._aot is not None else self._load_aot()
         if aot:
             found = aot.get(call_key(args))
             if found is not None:
-                return found(*args)
+                return found
             if _mode() == "aot":
                 raise RuntimeError(f"no ahead-of-time entry for {self.name}{call_key(args)}")
         if _recording:
             self.seen.add(tuple(_numba().typeof(a) for a in args))
-        return self.dispatcher(*args)
+        return self.dispatcher
+
+    def fixed(self) -> "FixedCall":
+        """The kernel for a caller whose arguments are of the same types at
+        every call: the types are worked out at the first call only (a few
+        microseconds a call, which weigh where a call's work is small)."""
+        return FixedCall(self)
 
     def _load_aot(self) -> dict:
         entries = aot_entries().get(self.name, [])
         self._aot = {tuple(tuple(k) if isinstance(k, list) else k for k in key): fn
                      for key, fn in entries}
         return self._aot
+
+
+class FixedCall:
+    """A kernel called with arguments of unchanging types (Kernel.fixed)."""
+
+    __slots__ = ("kernel", "run")
+
+    def __init__(self, k: Kernel):
+        self.kernel = k
+        self.run = None
+
+    def __call__(self, *args):
+        if self.run is None:
+            self.run = self.kernel.entry(*args)
+        return self.run(*args)
 
 
 def kernel(**options):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 
+from .kernels import kernel
 from .predict import MAX_PHASES, NONE, PhasePredictor, Predictions
 from .source import Sink
 
@@ -38,131 +39,43 @@ ERROR_CAP = 4.0
 PENDING = 4096
 
 
+# The score's counts (int64): right and wrong of the next interval and of the
+# phase after a change, changes foreseen, then the last interval's phase and
+# what was predicted on it, the current run's length so far, its pending
+# predictions of the remaining length and their stride.
+(N_RIGHT, N_WRONG, C_RIGHT, C_WRONG, FORESEEN, LAST_PHASE, LAST_NEXT, LAST_AFTER, RUN, PENDED,
+ STRIDE) = range(11)
+_COUNTS = {"next_right": N_RIGHT, "next_wrong": N_WRONG, "change_right": C_RIGHT,
+           "change_wrong": C_WRONG, "foreseen": FORESEEN, "pending": PENDED}
+
+
 class PredictionScore:
     """Right and wrong of one stream's predictions, in bounded memory."""
 
     def __init__(self):
-        self.next_right = self.next_wrong = 0
-        self.change_right = self.change_wrong = 0       # the phase after a change
-        self.foreseen = 0                               # changes the next-interval prediction named
+        self.counts = np.zeros(11, np.int64)
+        self.counts[[LAST_PHASE, LAST_NEXT, LAST_AFTER]] = NONE
+        self.counts[STRIDE] = 1
         self.errors = np.zeros(int(ERROR_CAP / ERROR_BIN) + 1, np.int64)
-        self.phase = NONE               # the last interval's phase
-        self.last_next = self.last_after = NONE     # and what was predicted on it
-        self.run = 0                    # intervals in the current run so far
-        self.pending_at: list[np.ndarray] = []      # positions in the run, predicted remaining
-        self.pending_left: list[np.ndarray] = []
-        self.pending = 0
-        self.stride = 1
+        #: The current run's predictions of its remaining length, at the
+        #: positions in the run that are multiples of the stride (grown as
+        #: a block needs, to :data:`PENDING` and a block more).
+        self.pended = np.zeros(256, np.int64)
 
     def add(self, phases: np.ndarray, predicted: Predictions) -> np.ndarray:
         """The phases of the next intervals and the predictions made on
         them; whether each interval's phase was the one predicted on the
         interval before (1, 0; -1 where there was none to score)."""
-        phases = np.asarray(phases, np.int64)
-        before = np.empty(len(phases), np.int64)
-        before[0], before[1:] = self.phase, phases[:-1]
-        said = np.empty(len(phases), np.int64)
-        said[0], said[1:] = self.last_next, predicted.next_phase[:-1]
-        scored = (phases >= 0) & (before >= 0)
-        right = (said == phases) & scored
-        change = phases != before
-        scored_count, right_count = int(np.count_nonzero(scored)), int(np.count_nonzero(right))
-        self.next_right += right_count
-        self.next_wrong += scored_count - right_count
-        changes = np.flatnonzero(change & scored)
-        if len(changes):
-            self._changes(changes, phases, right, predicted.after_change)
-        self._runs(phases, np.flatnonzero(change), predicted.remaining)
-        self.phase = int(phases[-1])
-        self.last_next = int(predicted.next_phase[-1])
-        self.last_after = int(predicted.after_change[-1])
-        return right.view(np.int8) - (~scored).view(np.int8)
-
-    def _changes(self, changes: np.ndarray, phases: np.ndarray, right: np.ndarray,
-                 after_change: np.ndarray) -> None:
-        """The changes at ``changes``: foreseen where the next interval was
-        predicted right, and the phase after each as said on the interval before."""
-        said = after_change[changes - 1]
-        if changes[0] == 0:
-            said[0] = self.last_after
-        after_right = int(np.count_nonzero(said == phases[changes]))
-        self.foreseen += int(np.count_nonzero(right[changes]))
-        self.change_right += after_right
-        self.change_wrong += len(changes) - after_right
-
-    def _runs(self, phases: np.ndarray, starts: np.ndarray, remaining: np.ndarray) -> None:
-        """Each run's predictions of its remaining length kept until it
-        ends.  ``starts``: where a run starts in the block (its first
-        interval's phase differs from the one before).  The run going on
-        from the block before and the one going on into the next are kept
-        pending; the runs wholly inside the block are scored at once."""
+        phases = _plain(phases)
         n = len(phases)
-        first = int(starts[0]) if len(starts) else n
-        if first and phases[0] >= 0:
-            self._extend(remaining[:first], first)
-        if not len(starts):
-            return
-        predicted, true = self._run_ended()
-        if len(starts) > 1:
-            inside = self._inside(phases, starts, remaining)
-            predicted, true = [*predicted, inside[0]], [*true, inside[1]]
-        if predicted:
-            self._count_errors(np.concatenate(predicted), np.concatenate(true))
-        last = int(starts[-1])
-        if phases[last] >= 0:
-            self._extend(remaining[last:], n - last)
-
-    def _extend(self, remaining: np.ndarray, count: int) -> None:
-        """The current run goes on for ``count`` intervals."""
-        if self.stride == 1:
-            self._pend(np.arange(self.run + 1, self.run + 1 + count), remaining)
-        else:
-            at = np.arange(self.run + 1, self.run + 1 + count)
-            keep = at % self.stride == 0
-            self._pend(at[keep], remaining[keep])
-        self.run += count
-
-    @staticmethod
-    def _inside(phases: np.ndarray, starts: np.ndarray,
-                remaining: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The runs that start and end within the block: each interval's
-        predicted and true remaining length; a run of :data:`PENDING`
-        intervals or more thinned to every second one, as its predictions
-        would have been pending."""
-        lo, hi = int(starts[0]), int(starts[-1])
-        lengths = np.diff(starts)
-        true = np.repeat(starts[1:] - 1, lengths) - np.arange(lo, hi)
-        keep = phases[lo:hi] >= 0
-        if lengths.max() >= PENDING:
-            at = np.repeat(lengths, lengths) - true        # the position in the run, from 1
-            keep &= (np.repeat(lengths, lengths) < PENDING) | (at % 2 == 0)
-        return remaining[lo:hi][keep], true[keep]
-
-    def _count_errors(self, predicted: np.ndarray, true: np.ndarray) -> None:
-        error = np.abs(predicted.astype(np.float64) - true) / (true + 1.0)
-        bins = np.minimum((error / ERROR_BIN).astype(np.int64), len(self.errors) - 1)
-        self.errors += np.bincount(bins, minlength=len(self.errors))
-
-    def _pend(self, at: np.ndarray, left: np.ndarray) -> None:
-        self.pending_at.append(at)
-        self.pending_left.append(left)
-        self.pending += len(at)
-        if self.pending >= PENDING:
-            at, left = np.concatenate(self.pending_at), np.concatenate(self.pending_left)
-            keep = at % (2 * self.stride) == 0
-            self.pending_at, self.pending_left = [at[keep]], [left[keep]]
-            self.pending, self.stride = int(keep.sum()), 2 * self.stride
-
-    def _run_ended(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """The run going on has ended: its pending predictions of the
-        remaining length and the true ones."""
-        out: tuple[list, list] = ([], [])
-        if self.pending:
-            at = np.concatenate(self.pending_at)
-            out = ([np.concatenate(self.pending_left)], [self.run - at])
-        self.pending_at, self.pending_left, self.pending = [], [], 0
-        self.stride, self.run = 1, 0
-        return out
+        if len(self.pended) < self.counts[PENDED] + n:
+            grown = np.zeros(max(2 * len(self.pended), int(self.counts[PENDED]) + n), np.int64)
+            grown[:len(self.pended)] = self.pended
+            self.pended = grown
+        outcome = np.empty(n, np.int8)
+        _score_block(self.counts, self.errors, self.pended, phases, _plain(predicted.next_phase),
+                    _plain(predicted.after_change), _plain(predicted.remaining), outcome)
+        return outcome
 
     @property
     def next_accuracy(self) -> float | None:
@@ -191,6 +104,111 @@ class PredictionScore:
                 "remaining_scored": int(self.errors.sum())}
 
 
+def _count(name: str) -> property:
+    at = _COUNTS[name]
+
+    def get(self) -> int:
+        return int(self.counts[at])
+
+    def put(self, value: int) -> None:
+        self.counts[at] = value
+    return property(get, put)
+
+
+for _name in _COUNTS:
+    setattr(PredictionScore, _name, _count(_name))
+
+
+def _plain(a, dtype=np.int64) -> np.ndarray:
+    """``a`` as the kernels take it: of ``dtype``, whole and writable."""
+    a = np.asarray(a, dtype)
+    return a if a.flags.c_contiguous and a.flags.writeable else a.copy()
+
+
+@kernel(cache=True, nogil=True)
+def score_block(counts, errors, pended, phases, said_next, said_after, remaining, outcome):
+    """Scores a block (see PredictionScore): each interval's phase against
+    the one predicted on the interval before, each change's against the
+    phase predicted after it, and each run's predicted remaining lengths when
+    it ends (a run going on past the block pends them; one of
+    :data:`PENDING` or more keeps every second, then every fourth, ...)."""
+    n = len(phases)
+    before, expected, after = counts[LAST_PHASE], counts[LAST_NEXT], counts[LAST_AFTER]
+    first = n                   # the first change of phase in the block
+    for i in range(n):
+        phase = phases[i]
+        scored = phase >= 0 and before >= 0
+        right = scored and expected == phase
+        outcome[i] = 1 if right else (0 if scored else -1)
+        if scored:
+            counts[N_RIGHT if right else N_WRONG] += 1
+        if phase != before:
+            if first == n:
+                first = i
+            if scored:
+                counts[C_RIGHT if after == phase else C_WRONG] += 1
+                if right:
+                    counts[FORESEEN] += 1
+        before, expected, after = phase, said_next[i], said_after[i]
+    counts[LAST_PHASE], counts[LAST_NEXT], counts[LAST_AFTER] = before, expected, after
+    if first > 0 and phases[0] >= 0:
+        _extend(counts, pended, remaining, 0, first)
+    if first == n:
+        return
+    _run_ended(counts, errors, pended)
+    start = first
+    for i in range(first + 1, n + 1):
+        if i < n and phases[i] == phases[i - 1]:
+            continue
+        if i == n:
+            if phases[start] >= 0:
+                _extend(counts, pended, remaining, start, n)
+            break
+        if phases[start] >= 0:      # a run wholly inside the block
+            length = i - start
+            for k in range(start, i):
+                if length < PENDING or (k - start + 1) % 2 == 0:
+                    _count_error(errors, remaining[k], i - 1 - k)
+        start = i
+
+
+@kernel(cache=True, nogil=True)
+def _extend(counts, pended, remaining, lo, hi):
+    """The current run goes on for ``remaining[lo:hi]``."""
+    run, stride, count = counts[RUN], counts[STRIDE], counts[PENDED]
+    for k in range(lo, hi):
+        run += 1
+        if run % stride == 0:
+            pended[count] = remaining[k]
+            count += 1
+    if count >= PENDING:        # only the multiples of twice the stride stay
+        for k in range(count // 2):
+            pended[k] = pended[2 * k + 1]
+        count //= 2
+        stride *= 2
+    counts[RUN], counts[STRIDE], counts[PENDED] = run, stride, count
+
+
+@kernel(cache=True, nogil=True)
+def _run_ended(counts, errors, pended):
+    """The run going on has ended: its pending predictions scored."""
+    run, stride = counts[RUN], counts[STRIDE]
+    for k in range(counts[PENDED]):
+        _count_error(errors, pended[k], run - stride * (k + 1))
+    counts[RUN], counts[STRIDE], counts[PENDED] = 0, 1, 0
+
+
+@kernel(cache=True, nogil=True)
+def _count_error(errors, predicted, true):
+    error = abs(float(predicted) - float(true)) / (float(true) + 1.0)
+    at = int(error / ERROR_BIN)
+    errors[min(at, len(errors) - 1)] += 1
+
+
+#: The call from Python, its argument types always the same.
+_score_block = score_block.fixed()
+
+
 def _share(right: int, wrong: int) -> float | None:
     return right / (right + wrong) if right + wrong else None
 
@@ -212,18 +230,9 @@ class PredictionTap(Sink):
         if iv.partial or len(iv) == 0:
             return
         predictor, score = self._stream(c.stream)
-        phase = iv.phase
-        opens = iv.new_phase.copy()
-        opens[0] = True
-        opens[1:] |= phase[1:] != phase[:-1]
-        starts = np.flatnonzero(opens).tolist()
-        phase_at, new_phase = phase.tolist(), iv.new_phase.tolist()
-        spans: list = []
-        for start, end in zip(starts, [*starts[1:], len(phase)]):
-            if new_phase[start]:        # an id opened afresh (a daemon's slot taken again)
-                predictor.forget(phase_at[start])
-            predictor.observe_spans(phase_at[start], end - start, spans)
-        iv.prediction = Predictions.of_spans(spans, (iv.t_end_ns - iv.t_start_ns) / 1e9)
+        phase = _plain(iv.phase)
+        iv.prediction = predictor.observe_block(phase, _plain(iv.new_phase, np.bool_),
+                                                _plain(iv.t_start_ns), _plain(iv.t_end_ns))
         iv.prediction.outcome = score.add(phase, iv.prediction)
         if self.live_phases is not None:
             live = self.live_phases(c.stream)

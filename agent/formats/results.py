@@ -9,7 +9,6 @@ score of putting everything in one phase.
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 import math
@@ -20,6 +19,7 @@ import numpy as np
 from ..core.classify import NO_DATA, TENTATIVE
 from ..core.pipeline import Intervals, PipelineStats
 from ..core.source import Sink
+from . import prediction_text
 from .outputs import Output, open_output
 
 if TYPE_CHECKING:
@@ -36,14 +36,15 @@ JSON_KEYS = INTERVAL_KEYS + PREDICTION_KEYS
 CSV_KEYS = INTERVAL_KEYS + PREDICTION_KEYS[:-1] + tuple(f"confidence.{k}" for k in CONFIDENCE_KEYS)
 _TEXT = ("instructions", "cycles", "distance", "new_phase", "tentative", "no_data")
 #: One interval's line, as ``json.dumps`` writes its dict: integers, then the
-#: distance and the flags as JSON text, then the prediction as JSON text.
+#: distance and the flags as JSON text, then the prediction's piece of text
+#: (formats.prediction_text), between the separators that follow.
 _JSON_LINE = ("{" + ", ".join(f'"{key}": %{"s" if key in _TEXT else "d"}' for key in INTERVAL_KEYS)
-              + "".join(f', "{key}": %s' for key in PREDICTION_KEYS[:-1])
-              + ', "confidence": {' + ", ".join(f'"{k}": %s' for k in CONFIDENCE_KEYS) + "}}\n")
-_CSV_LINE = ",".join("%s" if key in _TEXT else "%d" for key in INTERVAL_KEYS) \
-    + ",%s" * (len(CSV_KEYS) - len(INTERVAL_KEYS)) + "\n"
-#: Confidences are written to this many places.
-CONFIDENCE_PLACES = 4
+              + "%s}\n")
+_JSON_SEPARATORS = ([f', "{key}": ' for key in PREDICTION_KEYS[:-1]]
+                    + [', "confidence": {' + f'"{CONFIDENCE_KEYS[0]}": ']
+                    + [f', "{k}": ' for k in CONFIDENCE_KEYS[1:]] + ["}"])
+_CSV_LINE = ",".join("%s" if key in _TEXT else "%d" for key in INTERVAL_KEYS) + "%s\n"
+_CSV_SEPARATORS = [","] * (len(CSV_KEYS) - len(INTERVAL_KEYS)) + [""]
 
 
 def _json_number(x: float) -> str:
@@ -65,82 +66,35 @@ def _counts(counts: np.ndarray, samples: np.ndarray, missing: str) -> list[str]:
             for n, k in zip(counts.tolist(), samples.tolist())]
 
 
-def _rows(iv: Intervals, number, nothing: str):
-    """Each interval's values, in :data:`JSON_KEYS` order (``confidence``
-    spread), the counts, the distance, ``new_phase`` and the prediction as text
-    (``nothing`` where there is none; for a count, where it was not taken)."""
+def _rows(iv: Intervals, number, nothing: str, separators: list[str]):
+    """Each interval's values, in :data:`INTERVAL_KEYS` order, the counts,
+    the distance and ``new_phase`` as text (``nothing`` for a count not
+    taken), then the prediction's piece of text (its values between
+    ``separators``; ``nothing`` for each where there is none)."""
     distance = [number(d) for d in iv.distance.tolist()]
     status = iv.statuses
     new, tentative, no_data = ([("false", "true")[b] for b in flags.tolist()]
                                for flags in (iv.new_phase, status == TENTATIVE, status == NO_DATA))
+    if iv.prediction is None:
+        predicted = [nothing.join(separators)] * len(iv)
+    else:
+        predicted = prediction_text.texts(iv.prediction, separators, nothing, number)
     return zip(iv.index.tolist(), iv.t_start_ns.tolist(), iv.t_end_ns.tolist(),
                _counts(iv.instructions, iv.samples, nothing),
                _counts(iv.cycles, iv.samples, nothing), iv.samples.tolist(),
-               distance, iv.phase.tolist(), new, tentative, no_data,
-               *_prediction_columns(iv, number, nothing))
-
-
-def _prediction_columns(iv: Intervals, number, nothing: str) -> list[list[str]]:
-    """The prediction's columns as text; ``nothing`` where an interval has no
-    phase, or no prediction was made."""
-    pr = iv.prediction
-    if pr is None:
-        return [[nothing] * len(iv)] * (len(PREDICTION_KEYS) + len(CONFIDENCE_KEYS) - 1)
-    known = pr.next_phase >= 0
-
-    def ids(column):
-        return [str(x) if x >= 0 else nothing for x in column.tolist()]
-
-    text = _confidence_texts(nothing)       # its last: ``nothing``
-    scaled = np.rint(np.stack([pr.confidence_next, pr.confidence_after_change,
-                               pr.confidence_remaining]) * 10 ** CONFIDENCE_PLACES)
-    confidences = np.where(known, scaled, -1).astype(np.int64).tolist()
-    return [ids(pr.next_phase), ids(pr.after_change), ids(pr.remaining),
-            _numbers(pr.remaining_s, number),
-            *([text[k] for k in column] for column in confidences)]
-
-
-#: Below this many millionths, a value times 10^6 as a float is within 10^-3
-#: of the exact product, so it rounds as the exact value does unless that
-#: is within 10^-3 of a half.
-_EXACT_MILLIONTHS = 2.0 ** 42
-
-
-def _numbers(column: np.ndarray, number) -> list[str]:
-    """``number`` of each value: a finite one rounded to 6 places as Python
-    writes it.  The rounding is done on the whole column where it is
-    exact (the nearest whole number of millionths, found as a float, over
-    10^6 is the float ``round`` gives); a value near a half, too large or
-    not finite goes through ``number``."""
-    millionths = column * 1e6
-    whole = np.rint(millionths)
-    with np.errstate(invalid="ignore"):     # infinities and NaN are not plain
-        plain = (np.abs(millionths - whole) < 0.499) & (np.abs(millionths) < _EXACT_MILLIONTHS)
-    values = (whole / 1e6).tolist()
-    if plain.all():
-        return [repr(x) for x in values]
-    return [repr(x) if ok else number(x0)
-            for x, ok, x0 in zip(values, plain.tolist(), column.tolist())]
-
-
-@functools.cache
-def _confidence_texts(nothing: str) -> list[str]:
-    """Each confidence of :data:`CONFIDENCE_PLACES` places as JSON spells
-    it, then ``nothing`` (at -1: no confidence)."""
-    scale = 10 ** CONFIDENCE_PLACES
-    return [repr(round(k / scale, CONFIDENCE_PLACES)) for k in range(scale + 1)] + [nothing]
+               distance, iv.phase.tolist(), new, tentative, no_data, predicted)
 
 
 def json_lines(iv: Intervals) -> str:
     """One JSON object a line, byte for byte what ``json.dumps`` writes for
     each interval's dict."""
-    return "".join([_JSON_LINE % row for row in _rows(iv, _json_number, "null")])
+    return "".join([_JSON_LINE % row for row in _rows(iv, _json_number, "null", _JSON_SEPARATORS)])
 
 
 def csv_lines(iv: Intervals) -> str:
     """The same values as CSV rows (no distance, no prediction, a count not taken: empty;
     booleans true/false)."""
-    return "".join([_CSV_LINE % row for row in _rows(iv, _csv_number, "")])
+    return "".join([_CSV_LINE % row for row in _rows(iv, _csv_number, "", _CSV_SEPARATORS)])
 
 
 class ResultsSink(Sink):

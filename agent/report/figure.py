@@ -245,8 +245,10 @@ def predicted_phases(phase: np.ndarray,
     as the run made it (a live run's tap); without it, or where it is not
     one per phase, the predictor (core.predict) is run over the phases."""
     if ahead is None or len(ahead) != len(phase):
-        predictor = PhasePredictor()
-        ahead = np.array([predictor.observe(p).next_phase for p in phase.tolist()], np.int64)
+        phase = np.ascontiguousarray(phase, np.int64)
+        zero = np.zeros(len(phase), np.int64)
+        ahead = PhasePredictor().observe_block(phase.copy(), np.zeros(len(phase), np.bool_),
+                                               zero, zero).next_phase
     predicted = np.concatenate([phase[:1], ahead[:-1]])
     scored = np.concatenate([[False], (ahead[:-1] != NONE) & (phase[1:] >= 0)])
     accuracy = float((predicted[scored] == phase[scored]).mean()) if scored.any() else None
