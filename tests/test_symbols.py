@@ -286,14 +286,15 @@ def _pyelftools_function_rows(path: str, section_name: str) -> list:
     ("/usr/lib/x86_64-linux-gnu/libc.so.6", ".dynsym"),
     ("/usr/lib/x86_64-linux-gnu/libstdc++.so.6", ".dynsym")])
 def test_symbol_tables_read_as_arrays_give_pyelftools_rows(abab, path, section):
-    from elftools.elf.elffile import ELFFile
+    from phasewatch.formats.elf import ElfFile
     from phasewatch.live.elf_symbols import _function_rows
     path = str(abab) if path == "abab" else path
     if not os.path.exists(path):
         pytest.skip(f"{path} is not installed here")
     expected = _pyelftools_function_rows(path, section)
     with open(path, "rb") as stream:
-        rows = sorted(_function_rows(ELFFile(stream).get_section_by_name(section)))
+        elf = ElfFile(stream)
+        rows = sorted(_function_rows(elf, elf.section_by_name(section)))
     assert len(rows) > 5
     assert rows == expected
 
