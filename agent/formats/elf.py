@@ -11,8 +11,7 @@ Errors in the file (not ELF, cut short, tables out of range) are
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterator, NamedTuple
 
 SHT_NOTE = 7
 SHT_NOBITS = 8
@@ -29,8 +28,7 @@ _SECTION = {32: "IIIIIIII", 64: "IIQQQQII"}
 _SEGMENT = {32: ("IIIxxxxIxxxxI", (0, 4, 1, 2, 3)), 64: ("IIQQxxxxxxxxQ", (0, 1, 2, 3, 4))}
 
 
-@dataclass(frozen=True)
-class Section:
+class Section(NamedTuple):     # tuples: a frozen dataclass takes 8 times as long to define
     name: str
     type: int
     addr: int
@@ -40,8 +38,7 @@ class Section:
     info: int
 
 
-@dataclass(frozen=True)
-class ProgramHeader:
+class ProgramHeader(NamedTuple):
     type: int
     flags: int
     offset: int
