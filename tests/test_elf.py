@@ -113,3 +113,20 @@ def test_a_text_file_is_not_elf(tmp_path):
     text.write_text("#!/bin/sh\necho hello, this is not an ELF file at all\n")
     with open(text, "rb") as stream, pytest.raises(ValueError, match="not an ELF file"):
         ElfFile(stream)
+
+
+@pytest.mark.parametrize("field, value", [("e_shentsize", 0), ("e_shnum", 0xFFFE),
+                                          ("e_phentsize", 0), ("e_phnum", 0xFFFE)])
+def test_header_tables_that_cannot_fit_the_file_are_a_value_error(abab, tmp_path, field, value):
+    """A table claimed larger than the file (or of empty entries, read at one
+    offset forever) is refused at once."""
+    offsets = {"e_phentsize": 54, "e_phnum": 56, "e_shentsize": 58, "e_shnum": 60}   # ELF64
+    data = bytearray(Path(abab).read_bytes())
+    data[offsets[field]:offsets[field] + 2] = value.to_bytes(2, "little")
+    bad = tmp_path / "bad"
+    bad.write_bytes(bytes(data))
+    with open(bad, "rb") as stream, pytest.raises(ValueError, match="do not fit the file"):
+        elf = ElfFile(stream)
+        elf.sections()
+        list(elf.segments())
+    assert load_symbols(str(bad)) is None

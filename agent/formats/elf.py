@@ -59,6 +59,7 @@ class ElfFile:
         self._order = "<" if self.little_endian else ">"
         (self._phoff, self._shoff, self._phentsize, self._phnum, self._shentsize,
          self._shnum, self._shstrndx) = self._unpack(_HEADER[self.elfclass], 0)
+        self._size = stream.seek(0, 2)
         self._sections: list[Section] | None = None
 
     def _read(self, offset: int, size: int) -> bytes:
@@ -78,11 +79,22 @@ class ElfFile:
     def _section_count(self) -> int:
         if self._shoff == 0:
             return 0
-        return self._shnum or self._section_header(0)[5]       # sh_size of section 0
+        count = self._shnum or self._section_header(0)[5]      # sh_size of section 0
+        return self._table_fits("section", self._shoff, count, self._shentsize,
+                                _SECTION[self.elfclass])
+
+    def _table_fits(self, what: str, offset: int, count: int, entry: int, layout: str) -> int:
+        """``count``, where a table of that many entries of ``entry`` bytes
+        at ``offset`` holds ``layout`` and lies within the file."""
+        if count and (entry < struct.calcsize("<" + layout)
+                      or offset + count * entry > self._size):
+            raise ValueError(f"ELF {what} headers do not fit the file")
+        return count
 
     def segments(self) -> Iterator[ProgramHeader]:
         count = self._phnum if self._phnum < _PN_XNUM else self._section_header(0)[7]
         layout, order = _SEGMENT[self.elfclass]
+        count = self._table_fits("program", self._phoff, count, self._phentsize, layout)
         for i in range(count):
             fields = self._unpack(layout, self._phoff + i * self._phentsize)
             yield ProgramHeader(*(fields[j] for j in order))
