@@ -85,7 +85,8 @@ def test_arguments_of_another_type_take_the_jit_and_are_right(monkeypatch):
 
 def test_a_module_built_from_other_sources_is_not_used(monkeypatch, tmp_path):
     index = json.loads((kernels.package_dir() / kernels.MANIFEST).read_text())
-    (tmp_path / kernels.MANIFEST).write_text(json.dumps({**index, "sources": "0" * 64}))
+    (tmp_path / kernels.MANIFEST).write_text(json.dumps({**index, "sources": "0" * 64,
+                                                         "stamps": []}))
     monkeypatch.setattr(kernels, "package_dir", lambda: tmp_path)
     entries, status = kernels._load()
     assert entries == {} and "older than the sources" in status
@@ -117,3 +118,16 @@ def test_the_build_forgets_numbas_cache_of_the_package(tmp_path):
     forget_jit_cache(tmp_path)
     assert not any(p.exists() for p in stale)
     assert all(p.exists() for p in kept)
+
+
+def test_sources_as_built_are_known_by_their_stamps_and_else_by_their_hash(monkeypatch, tmp_path):
+    index = json.loads((kernels.package_dir() / kernels.MANIFEST).read_text())
+    assert index["stamps"] == kernels.source_stamps()
+    monkeypatch.setattr(kernels, "package_dir", lambda: tmp_path)
+    touched = [[path, size, mtime + 1] for path, size, mtime in index["stamps"]]
+    (tmp_path / kernels.MANIFEST).write_text(json.dumps({**index, "stamps": touched}))
+    hashed = []
+    monkeypatch.setattr(kernels, "source_hash", lambda: hashed.append(1) or index["sources"])
+    assert kernels._load()[0] != {} and hashed == [1]      # touched, same text: still taken
+    (tmp_path / kernels.MANIFEST).write_text(json.dumps({**index, "sources": "0" * 64}))
+    assert kernels._load()[0] != {} and hashed == [1]      # as built: not read at all

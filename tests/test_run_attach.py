@@ -85,5 +85,5 @@ def test_the_executable_is_none_where_it_cannot_be_read(zombie, monkeypatch):
         def exe(self):
             raise psutil.AccessDenied(self.pid)
 
-    monkeypatch.setattr(attach.psutil, "Process", Denied)
+    monkeypatch.setattr(psutil, "Process", Denied)
     assert attach.executable(os.getpid()) is None

@@ -286,14 +286,15 @@ def _pyelftools_function_rows(path: str, section_name: str) -> list:
     ("/usr/lib/x86_64-linux-gnu/libc.so.6", ".dynsym"),
     ("/usr/lib/x86_64-linux-gnu/libstdc++.so.6", ".dynsym")])
 def test_symbol_tables_read_as_arrays_give_pyelftools_rows(abab, path, section):
-    from elftools.elf.elffile import ELFFile
+    from phasewatch.formats.elf import ElfFile
     from phasewatch.live.elf_symbols import _function_rows
     path = str(abab) if path == "abab" else path
     if not os.path.exists(path):
         pytest.skip(f"{path} is not installed here")
     expected = _pyelftools_function_rows(path, section)
     with open(path, "rb") as stream:
-        rows = sorted(_function_rows(ELFFile(stream).get_section_by_name(section)))
+        elf = ElfFile(stream)
+        rows = sorted(_function_rows(elf, elf.section_by_name(section)))
     assert len(rows) > 5
     assert rows == expected
 
@@ -309,3 +310,40 @@ def test_cpp_names_are_demangled_when_looked_up():
     assert all(name.startswith("std::") for name in names)
     found = symbols.lookup(symbols.starts[mangled[:1]])
     assert symbols.function_names(found)[0] == names[0]
+
+
+def _kallsyms_line_by_line(listing: bytes) -> tuple[list[int], list[str]]:
+    """The oracle: each line split, as perf's own reader does."""
+    rows = []
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and fields[1] in kallsyms.CODE_TYPES and int(fields[0], 16):
+            rows.append((int(fields[0], 16), fields[2].decode("utf-8", "backslashreplace")))
+    rows.sort(key=lambda row: row[0])       # stable: equal addresses keep the listing's order
+    return [a for a, _ in rows], [n for _, n in rows]
+
+
+def test_kernel_symbols_read_as_arrays_are_the_lines_split():
+    listing = (b"ffffffff81000300 T write_null\nffffffff81000100 t read_zero\n"
+               b"ffffffffc0001000 t mod_fn\t[some_module]\nffffffff81000200 D some_data\n"
+               b"ffffffff81000100 W read_zero_alias\nffffffffc0002000 T other\xff\t[m2]\n"
+               b"ffffffff81000000 T _text")             # no newline at the end
+    symbols = kallsyms.parse(listing)
+    starts, names = _kallsyms_line_by_line(listing)
+    assert symbols.starts.tolist() == starts and symbols.names.tolist() == names
+    ips = np.array([0xFFFFFFFF81000150, 0xFFFFFFFFC0001004, 0xFFFFFFFFC0002010, 0x10], np.uint64)
+    assert list(symbols.lookup(ips)) == ["read_zero_alias", "mod_fn", "other\\xff", None]
+    proc = Path("/proc/kallsyms")
+    if proc.is_file() and kallsyms.running_kernel() is not None:
+        listing = proc.read_bytes()
+        starts, names = _kallsyms_line_by_line(listing)
+        symbols = kallsyms.parse(listing)
+        assert symbols.starts.tolist() == starts and symbols.names.tolist() == names
+
+
+@pytest.mark.parametrize("listing", [b"ffffffff8100000 T short_address\nffffffff81000000 T f\n",
+                                     b"ffffffff8100zz00 T not_hex\n", b"ffffffff81000000 T\n"])
+def test_a_kallsyms_listing_not_of_its_form_names_nothing(tmp_path, listing):
+    path = tmp_path / "kallsyms"
+    path.write_bytes(listing)
+    assert kallsyms.read(str(path)) is None

@@ -236,7 +236,7 @@ def compile_module(exports, out: Path) -> None:
         warnings.simplefilter("ignore")
         cc.compile()
     manifest = {"numpy": np.__version__, "cpu": level, "sources": kernels.source_hash(),
-                "kernels": manifest_rows}
+                "stamps": kernels.source_stamps(), "kernels": manifest_rows}
     tmp = out / (kernels.MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=1) + "\n")
     os.replace(tmp, out / kernels.MANIFEST)

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..core.classify import KnownPhase
 from ..errors import UserError
+from .elf import ElfFile
 from .outputs import check_outputs
 
 FORMAT = "phasewatch-catalog"
@@ -89,18 +90,11 @@ def program_key(executable: str) -> tuple[str, str]:
 
 
 def _build_id(path: str) -> str | None:
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
     try:
         with open(path, "rb") as f:
-            for section in ELFFile(f).iter_sections():
-                if section.name == ".note.gnu.build-id":
-                    for note in section.iter_notes():
-                        if note["n_type"] == "NT_GNU_BUILD_ID":
-                            return note["n_desc"]
-    except (OSError, ELFError, ValueError):
+            return ElfFile(f).build_id(".note.gnu.build-id")
+    except (OSError, ValueError):
         return None
-    return None
 
 
 def profile_distance_of(profile: str):

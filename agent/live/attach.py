@@ -20,7 +20,6 @@ import threading
 import time
 from typing import Callable, Sequence
 
-import psutil
 
 from ..collectors.procfs import alive
 from ..errors import UserError
@@ -140,6 +139,7 @@ def command_line(pid: int) -> list[str]:
 def executable(pid: int) -> str | None:
     """The path of the program ``pid`` runs; None if it has gone, is a kernel
     thread or may not be read."""
+    import psutil   # loaded only where a process is attached to (~10 ms of a run's start)
     try:
         return psutil.Process(pid).exe() or None
     except psutil.Error:

@@ -1,6 +1,7 @@
 """The function symbols of one ELF file, read from its symbol tables.
 
-Symbol tables are read with pyelftools, once per file (path + inode):
+Symbol tables are read once per file (path + inode), their headers with
+``formats.elf``:
 ``.symtab``, else the one in the separate debug file found by build id
 (``/usr/lib/debug/.build-id``), else ``.dynsym``.
 
@@ -16,14 +17,12 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 import numpy as np
 
+from ..formats.elf import PT_LOAD, ElfFile
 from .maps import Mapping
-
-if TYPE_CHECKING:   # pyelftools and cxxfilt load when symbols are first looked up
-    from elftools.elf.elffile import ELFFile
 
 DEBUG_ROOT = Path("/usr/lib/debug")
 
@@ -104,67 +103,53 @@ def load_symbols(path: str, inode: int | None = None) -> ElfSymbols | None:
 
 @lru_cache(maxsize=256)
 def _load_symbols_cached(path: str, inode: int, mtime_ns: int) -> ElfSymbols | None:
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
     try:
         with open(path, "rb") as stream:
-            elf = ELFFile(stream)
+            elf = ElfFile(stream)
             segments = tuple(_load_segments(elf))
             text = _section_range(elf, ".text")
-            build_id = _build_id(elf) or ""
+            build_id = elf.build_id() or ""
             rows, source = _function_rows_of(elf, ".symtab"), ".symtab"
             if not rows:
-                rows, source = _debug_file_rows(elf), "debug file .symtab"
+                rows, source = _debug_file_rows(build_id), "debug file .symtab"
             if not rows:
                 rows, source = _function_rows_of(elf, ".dynsym"), ".dynsym"
-    except (OSError, ELFError, ValueError):
+    except (OSError, ValueError):
         return None
     starts, ends, names = _sorted_functions(rows)
     return ElfSymbols(path, starts, ends, names, segments, text, source, build_id)
 
 
-def _load_segments(elf: ELFFile) -> Iterable[Segment]:
-    for segment in elf.iter_segments():
-        if segment["p_type"] == "PT_LOAD":
-            yield Segment(segment["p_vaddr"], segment["p_offset"], segment["p_filesz"],
-                          bool(segment["p_flags"] & 0x1))  # PF_X
+def _load_segments(elf: ElfFile) -> Iterable[Segment]:
+    for segment in elf.segments():
+        if segment.type == PT_LOAD:
+            yield Segment(segment.vaddr, segment.offset, segment.filesz,
+                          bool(segment.flags & 0x1))  # PF_X
 
 
-def _section_range(elf: ELFFile, name: str) -> tuple[int, int] | None:
-    section = elf.get_section_by_name(name)
+def _section_range(elf: ElfFile, name: str) -> tuple[int, int] | None:
+    section = elf.section_by_name(name)
     if section is None:
         return None
-    return section["sh_addr"], section["sh_addr"] + section["sh_size"]
+    return section.addr, section.addr + section.size
 
 
-def _function_rows_of(elf: ELFFile, section_name: str) -> list:
-    section = elf.get_section_by_name(section_name)
-    return _function_rows(section) if section is not None else []
+def _function_rows_of(elf: ElfFile, section_name: str) -> list:
+    section = elf.section_by_name(section_name)
+    return _function_rows(elf, section) if section is not None else []
 
 
-def _debug_file_rows(elf: ELFFile) -> list:
-    """Function rows from the separate debug file of ``elf``, if installed;
-    it has the same vaddrs as the stripped file."""
-    build_id = _build_id(elf)
+def _debug_file_rows(build_id: str) -> list:
+    """Function rows from the separate debug file of the file whose build id
+    is ``build_id``, if installed; it has the same vaddrs as the stripped file."""
     if not build_id:
         return []
     debug_path = DEBUG_ROOT / ".build-id" / build_id[:2] / f"{build_id[2:]}.debug"
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
     try:
         with open(debug_path, "rb") as stream:
-            return _function_rows_of(ELFFile(stream), ".symtab")
-    except (OSError, ELFError):
+            return _function_rows_of(ElfFile(stream), ".symtab")
+    except (OSError, ValueError):
         return []
-
-
-def _build_id(elf: ELFFile) -> str | None:
-    for section in elf.iter_sections():
-        if section["sh_type"] == "SHT_NOTE":
-            for note in section.iter_notes():
-                if note["n_type"] == "NT_GNU_BUILD_ID":
-                    return note["n_desc"]
-    return None
 
 
 #: Elf32_Sym and Elf64_Sym, little-endian (``newbyteorder`` for big-endian files)
@@ -180,21 +165,20 @@ _STT_FUNC = 2
 _BIND_RANKS = np.array([2, 0, 1] + [3] * 13, dtype=np.int8)   # by STB_ value
 
 
-def _function_rows(table) -> list[tuple[int, int, int, str]]:
-    """(start, size, binding rank, name) of the defined functions in ``table``.
-    The table is read as one array: pyelftools builds an object per symbol,
-    ~50 µs each, a fifth of a second for libc's."""
-    elf = table.elffile
+def _function_rows(elf: ElfFile, table) -> list[tuple[int, int, int, str]]:
+    """(start, size, binding rank, name) of the defined functions in ``table``,
+    read as one array (an object per symbol took ~50 µs each, a fifth of a
+    second for libc's)."""
     dtype = _SYM_DTYPES[elf.elfclass]
     if not elf.little_endian:
         dtype = dtype.newbyteorder(">")
-    data = table.data()
+    data = elf.data(table)
     symbols = np.frombuffer(data, dtype, count=len(data) // dtype.itemsize)
     kind = symbols["info"] & 0xF
     keep = ((kind == _STT_FUNC) & (symbols["value"] != 0)
             & (symbols["shndx"] != 0) & (symbols["name"] != 0))
     symbols = symbols[keep]
-    strings = elf.get_section(table["sh_link"]).data()
+    strings = elf.data(elf.section(table.link))
     ranks = _BIND_RANKS[symbols["info"] >> 4]
     rows = zip(symbols["value"].tolist(), symbols["size"].tolist(), ranks.tolist(),
                (_string_at(strings, offset) for offset in symbols["name"].tolist()))

@@ -30,11 +30,11 @@ from ..core.pipeline import Intervals
 from ..core.source import Sink
 from ..errors import UserError
 from ..formats import metadata as md
-from ..formats.pprof import ProfileBuilder, ProfileMapping, write_profile
 from .sample_names import each_process, naming
 from .symbolizer import KERNEL, Symbolizer
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:   # the pprof writer loads with --pprof (run needs only realtime_offset_ns)
+    from ..formats.pprof import ProfileBuilder, ProfileMapping
     from ..core.source import Classified
 
 ROW = np.dtype([("interval", np.int64), ("phase", np.int64), ("ip", np.uint64),
@@ -112,6 +112,7 @@ class PhaseProfile(Sink):
             return
         builder = self.build(f.symbolizer(), realtime_offset_ns=f.realtime_offset_ns,
                              energy_uj=f.energy_uj(self), comments=f.comments, names=f.names())
+        from ..formats.pprof import write_profile
         self.failure = write_profile(f.path, builder, inputs=f.inputs)
 
     def recorded_energy(self, table: dict[int, tuple[int, int, float]] | None) -> dict | None:
@@ -137,6 +138,7 @@ class PhaseProfile(Sink):
         CLOCK_REALTIME for the profile's start time, ``energy_uj`` gives
         intervals' energy (by interval index), ``names`` each phase's name
         (the ``phase_name`` label beside the id in ``phase``)."""
+        from ..formats.pprof import ProfileBuilder
         rows, counts = self.rows()
         types = [("samples", "count"), ("cpu", "nanoseconds")]
         if energy_uj is not None:
@@ -213,6 +215,7 @@ def _process_locations(builder: ProfileBuilder, symbolizer: Symbolizer,
 
 
 def _profile_mapping(symbolizer: Symbolizer, m) -> ProfileMapping:
+    from ..formats.pprof import ProfileMapping
     return ProfileMapping(m.start, m.end, m.offset, m.path if m.is_file else m.path or "[anon]",
                           symbolizer.build_id(m))
 

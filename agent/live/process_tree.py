@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 
-import psutil
-
 from ..collectors import procfs
 
 #: The resolution of a process's start time in /proc.
@@ -51,6 +49,7 @@ def started_under(pid: int, watched: dict[int, float]) -> bool:
     their descendants: one whose events it inherited, already watched
     with them (a forking shell's or server's child, which carries its
     parent's name until it execs)."""
+    import psutil   # here and below: a plain run needs none of these (~10 ms of its start)
     try:
         process = psutil.Process(pid)
         started = process.create_time()
@@ -62,6 +61,7 @@ def started_under(pid: int, watched: dict[int, float]) -> bool:
 
 def ended(pid: int) -> bool:
     """Whether ``pid`` has ended: gone, or a zombie its parent has not reaped yet."""
+    import psutil
     try:
         return psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
     except psutil.Error:
@@ -70,6 +70,7 @@ def ended(pid: int) -> bool:
 
 def thread_ids(pid: int) -> list[int]:
     """The thread ids of process ``pid``, ascending; empty once it has gone."""
+    import psutil
     try:
         return sorted(thread.id for thread in psutil.Process(pid).threads())
     except psutil.NoSuchProcess:    # gone (psutil's ZombieProcess is one too)

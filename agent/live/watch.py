@@ -340,10 +340,14 @@ class Watch:
 
 
 def load_kernels(settings: DetectionSettings, signals) -> None:
-    """Run the pipeline over a few made-up rows, on a thread while CMD starts,
-    so that the first real batch finds the kernels loaded.  A larger
-    batch, then a smaller one (whose work arrays are views), then the partial
-    interval: the call signatures a live run meets."""
+    """Load the kernels on a thread while CMD starts, so that the first real
+    batch finds them loaded: the ahead-of-time module if it is there (its
+    entries need nothing more), else the JIT's, by running the pipeline over
+    a few made-up rows.  A larger batch, then a smaller one (whose work arrays
+    are views), then the partial interval: the call signatures a live run meets."""
+    from ..core.kernels import aot_entries
+    if aot_entries():
+        return
     from ..core.driver import Driver
     from ..core.pipeline import Pipeline
     meta = md.new(signals={name: "" for name in signals}, interval=settings.interval,

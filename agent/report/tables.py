@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
-
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from ..formats.results import PhaseSummary, counted
 from ..live.function_names import fit_name, short_name
+
+if TYPE_CHECKING:   # rich loads when a table is drawn: run --json and -q draw none
+    from rich.table import Table
 
 
 def _num(x: float, fmt: str) -> str:
@@ -57,6 +59,7 @@ def phase_table(summary: PhaseSummary, extra_columns: dict[str, list[str]] | Non
     phases = [rows[i]["phase"] for i in shown]
     tops = None if functions is None else [functions[i] for i in shown]
     columns = _with_names(columns, phases, names, tops, width)
+    from rich.table import Table
     table = Table(title=title, title_justify="left")
     for name in columns:
         left = (name == "phase" and names) or name in (extra_columns or {}) \
