@@ -13,6 +13,8 @@ import signal
 import statistics
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -344,3 +346,29 @@ def test_a_subscription_flood_holds_memory_under_a_bound(trace):
         assert any("subscriptions: its connection was closed" in line for line in lines), lines
         assert d.proc.poll() is None
         d.metrics_text()
+
+
+# --- a recording of a run that started from its catalogue's phases ------------------
+
+def test_a_replayed_recording_with_known_phases_is_served_by_the_daemons_own_ids(tmp_path):
+    """A recording of a program's second run keeps the phases the run started
+    from (``known_phases``); the daemon, which seeds each target from its own
+    catalogue, seeded the replayed target from both and died of a
+    ValueError."""
+    phasewatch = Path(sys.executable).parent / "phasewatch"
+    for name in ("first.arrow", "second.arrow"):
+        done = subprocess.run([str(phasewatch), "run", "-q", "--interval-ms", "20", "--catalog",
+                               str(tmp_path / "c.sqlite"), "--record", str(tmp_path / name), "--",
+                               sys.executable, "-c", "sum(i * i for i in range(2_000_000))"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    assert "known_phases" in TraceReader(str(tmp_path / "second.arrow")).metadata
+    for catalog in (["--no-catalog"], ["--catalog", tmp_path / "daemon.sqlite"]):
+        with Daemon("--replay", tmp_path / "second.arrow", "--replay-speed", "0", *catalog) as d:
+            lines = collect_stderr(d)
+            d.wait_ready()
+            wait_for_line(d, lines, "the source ended")
+            assert d.metric("phasewatch_intervals_total") > 0
+            code = lines.terminate()
+        assert code == 0, lines
+        assert "Traceback" not in "\n".join(lines)
