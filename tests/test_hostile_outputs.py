@@ -213,3 +213,40 @@ def test_run_refuses_a_recording_where_its_report_goes(tmp_path):
     refused(proc, "named as two outputs")
     assert not marker.exists(), "the command ran"
     assert list(folder.iterdir()) == []
+
+
+# --- a catalogue that is some other file ----------------------------------------------
+
+def another_database(path: Path) -> None:
+    import sqlite3
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE users(name TEXT)")
+    db.execute("INSERT INTO users VALUES ('x')")
+    db.commit()
+    db.close()
+
+
+NOT_CATALOGUES = {
+    "text": lambda path: path.write_text("a user's notes\n"),
+    "another program's SQLite database": another_database,
+}
+CATALOGUE_USES = {
+    "run --catalog": lambda f: ("run", "--no-pin", "-q", "--catalog", f, "--", *BUSY),
+    "catalog list": lambda f: ("catalog", "list", "--catalog", f),
+    "catalog merge": lambda f: ("catalog", "merge", f, "--catalog", f.parent / "c" / "c.sqlite"),
+}
+
+
+@pytest.mark.parametrize("use", CATALOGUE_USES)
+@pytest.mark.parametrize("kind", NOT_CATALOGUES)
+def test_a_catalogue_path_on_another_file_is_refused_and_the_file_left_as_it_is(tmp_path, kind,
+                                                                                 use):
+    """The catalogue is read and written in place: a text file was moved
+    aside and a catalogue put under its name, and another program's SQLite
+    database got the catalogue's tables (by `catalog list` too)."""
+    other = tmp_path / "mine.db"
+    NOT_CATALOGUES[kind](other)
+    (tmp_path / "c").mkdir()
+    before = snapshot(tmp_path)
+    refused(phasewatch(*CATALOGUE_USES[use](other), cwd=tmp_path), "not a phase catalogue")
+    assert snapshot(tmp_path) == before
