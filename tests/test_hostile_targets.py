@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from daemonutil import Daemon, PHASEWATCH, refused
+from daemonutil import Daemon, PHASEWATCH, free_port, refused
 
 #: A child that takes the name ``NAME``, runs, renames itself to ``NEXT``
 #: (bytes), runs, and exits; its parent prints its pid and never reaps it.
@@ -175,6 +175,26 @@ def test_an_ipc_endpoint_on_a_socket_left_behind_is_bound(tmp_path):
     with Daemon("--replay", example, "--replay-speed", "0", zmq=f"ipc://{path}") as d:
         d.wait_ready()
         assert path.is_socket()
+
+
+def test_an_ipc_endpoint_a_running_daemon_serves_on_is_not_taken_over(tmp_path):
+    """libzmq unlinks a socket before it binds: a second daemon (or a proxy)
+    given the first one's ipc path took it over, and the first one's
+    subscribers could no longer reach it."""
+    path = tmp_path / "events.sock"
+    example = Path(__file__).resolve().parents[1] / "examples" / "synthetic-skylake.csv"
+    with Daemon("--replay", example, "--replay-speed", "0", zmq=f"ipc://{path}") as first:
+        first.wait_ready()
+        bound = os.lstat(path).st_ino
+        line = refused("--replay", example, "--zmq", f"ipc://{path}",
+                       "--metrics", f"127.0.0.1:{free_port()}")
+        assert "another process is serving" in line and str(path) in line, line
+        proxy = subprocess.run([str(PHASEWATCH), "proxy", "--connect", "tcp://127.0.0.1:1",
+                                "--bind", f"ipc://{path}"], capture_output=True, text=True,
+                               timeout=60)
+        assert proxy.returncode == 2 and "another process is serving" in proxy.stderr, \
+            proxy.stderr
+        assert os.lstat(path).st_ino == bound and first.proc.poll() is None
 
 
 def test_a_cpu_the_host_lacks_is_named_with_the_ones_it_has(tmp_path):

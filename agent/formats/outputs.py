@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import socket
 import stat
 import tempfile
 import time
@@ -111,6 +112,24 @@ def check_ipc_endpoint(endpoint: str, option: str) -> None:
     if not stat.S_ISSOCK(st.st_mode):
         raise UserError(f"{option} {endpoint}: {path} exists and is not a socket, and binding "
                         f"would delete it: give another path")
+    if _listening(path):
+        raise UserError(f"{option} {endpoint}: another process is serving on {path} (a "
+                        f"daemon or proxy still running), and binding would take it over: "
+                        f"stop it first, or give another path")
+
+
+def _listening(path: str) -> bool:
+    """Whether a process accepts connections on the Unix socket at ``path``
+    (one left behind by a process that ended refuses them)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
 
 
 def _same_file(a: str, b: str) -> bool:
