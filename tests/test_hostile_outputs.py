@@ -250,3 +250,22 @@ def test_a_catalogue_path_on_another_file_is_refused_and_the_file_left_as_it_is(
     before = snapshot(tmp_path)
     refused(phasewatch(*CATALOGUE_USES[use](other), cwd=tmp_path), "not a phase catalogue")
     assert snapshot(tmp_path) == before
+
+
+# --- an output on the catalogue's journals ---------------------------------------------
+
+@pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
+@pytest.mark.parametrize("command", ["catalog export", "run --output"])
+def test_an_output_on_the_catalogues_journal_is_refused(tmp_path, command, suffix):
+    """SQLite keeps journals beside the catalogue, reads them back and deletes
+    them when it closes: `catalog export C-wal` exited 0 and its file was
+    gone."""
+    catalog = tmp_path / "c.sqlite"
+    made = phasewatch("run", "--no-pin", "-q", "--catalog", catalog, "--", *BUSY)
+    assert made.returncode == 0, made.stderr
+    before = snapshot(tmp_path)
+    out = f"{catalog}{suffix}"
+    argv = (("catalog", "export", out, "--catalog", catalog) if command == "catalog export"
+            else ("run", "--no-pin", "-q", "--catalog", catalog, "--output", out, "--", *BUSY))
+    refused(phasewatch(*argv), "side table of")
+    assert snapshot(tmp_path) == before

@@ -20,7 +20,7 @@ from ..core.params import DEFAULT_THRESHOLD
 from ..errors import UserError
 from ..formats.catalog import Catalog, default_path, dumps
 from ..formats.inputs import read_text
-from ..formats.outputs import open_output
+from ..formats.outputs import Database, open_output
 from .arguments import number
 
 
@@ -88,7 +88,7 @@ def export(catalog: Catalog, args) -> int:
     if args.what in (None, "-"):
         sys.stdout.write(text)
         return 0
-    with open_output(args.what, inputs=[str(catalog.path)]) as out:
+    with open_output(args.what, inputs=[Database(catalog.path)]) as out:
         out.stream.write(text)
     if out.failure:
         raise UserError(out.failure)

@@ -38,7 +38,7 @@ from ..core.batch import ID_RANGES
 from ..core.detectors import SAMPLE_DETECTORS
 from ..core.settings import DetectionSettings
 from ..errors import UserError
-from ..formats.outputs import Recording, check_outputs, open_output
+from ..formats.outputs import Database, Recording, check_outputs, open_output
 from ..formats.sidetable import check_side_table_output
 from ..live.attach import Attached
 from ..live.child import Child
@@ -203,7 +203,8 @@ def check_arguments(args, program: str | None) -> DetectionSettings:
         check_report_dir(args.report)
         report = report_files(args.report)
     record = Recording(args.record) if args.record else None
-    check_outputs([record, args.output, json_file(args), args.pprof, args.catalog, *report],
+    catalog = Database(args.catalog) if args.catalog else None
+    check_outputs([record, args.output, json_file(args), args.pprof, catalog, *report],
                   inputs=[args.program])
     if args.powercap_root:
         from ..live.phase_energy import EnergyMeter

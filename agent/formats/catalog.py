@@ -190,7 +190,8 @@ def _something_else(path: str) -> str | None:
     if head != SQLITE_HEADER:
         return "not a SQLite file"
     try:
-        db = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)
+        # immutable: read the file as it is, making no journal beside it
+        db = sqlite3.connect(f"file:{quote(path)}?immutable=1", uri=True)
     except sqlite3.Error:
         return None
     try:

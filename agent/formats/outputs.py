@@ -45,16 +45,29 @@ class Recording(str):
     """A path that names a recording (a trace): as an input or an output of
     :func:`check_outputs` it stands for the trace and its side tables."""
 
+    SUFFIXES = RECORDING_SUFFIXES
+    KIND = "recording"
+
+
+class Database(str):
+    """A path that names a SQLite database (the phase catalogue): it stands
+    for the database and the journals SQLite keeps beside it, which it
+    reads back and deletes (an output there is lost, or read as the journal)."""
+
+    SUFFIXES = ("-wal", "-shm", "-journal")
+    KIND = "database"
+
 
 def files_of(path: str) -> list[tuple[str, str | None]]:
-    """The files ``path`` stands for, each with the recording it is a side
-    table of (None for ``path`` itself).  A side table is looked for beside
-    the name given and beside the file a link names, so both are listed."""
+    """The files ``path`` stands for, each with the recording (or database)
+    it is a side table of (None for ``path`` itself).  A side table is looked
+    for beside the name given and beside the file a link names, so both are
+    listed."""
     files = [(str(path), None)]
-    if isinstance(path, Recording):
-        tables = {os.path.realpath(trace + suffix): trace + suffix
-                  for trace in (str(path), os.path.realpath(path)) for suffix in RECORDING_SUFFIXES}
-        files += [(table, str(path)) for table in tables.values()]
+    if isinstance(path, (Recording, Database)):
+        tables = {os.path.realpath(whole + suffix): whole + suffix
+                  for whole in (str(path), os.path.realpath(path)) for suffix in path.SUFFIXES}
+        files += [(table, path) for table in tables.values()]
     return files
 
 
@@ -81,7 +94,7 @@ def check_outputs(outputs: Iterable[str | None], inputs: Iterable[str | None] = 
 def _is_input(file: str, other: str, table_of: str | None, other_table_of: str | None) -> str:
     if other_table_of is not None:
         return (f"{file}: is the side table of the input {other_table_of}; writing it would "
-                f"break that recording: give another output name")
+                f"break that {other_table_of.KIND}: give another output name")
     if table_of is not None:
         return (f"{table_of}: its side table {file} would overwrite the input {other}: "
                 f"give the recording another name")
