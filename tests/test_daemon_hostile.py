@@ -372,3 +372,27 @@ def test_a_replayed_recording_with_known_phases_is_served_by_the_daemons_own_ids
             code = lines.terminate()
         assert code == 0, lines
         assert "Traceback" not in "\n".join(lines)
+
+
+# --- a NUL character in a config's text ---------------------------------------------
+
+NUL_KEYS = [("source", "trace"), ("source", "msr_path"), ("source", "powercap_root"),
+            ("targets", "commands"), ("targets", "cgroups"), ("metrics", "certfile"),
+            ("catalog", "path"), ("zmq", "endpoint"), ("zmq", "curve_secret_key"),
+            ("record", "dir")]
+
+
+@pytest.mark.parametrize("table,key", NUL_KEYS)
+def test_a_nul_character_in_a_configs_text_is_one_line_naming_the_key(tmp_path, table, key):
+    """TOML's \\u0000 is a string's NUL: a path or endpoint holding one
+    reached the system calls (a cgroup, a ZeroMQ bind) and the daemon died of
+    a ValueError, or its line showed the raw byte."""
+    value = '"/tmp/a\\u0000b"'
+    text = f"[{table}]\n{key} = {f'[{value}]' if table == 'targets' else value}\n"
+    if key == "certfile":
+        text += 'keyfile = "k.pem"\n'
+    config = tmp_path / "nul.toml"
+    config.write_text(text)
+    line = refused("--config", config, "--metrics", f"127.0.0.1:{free_port()}",
+                   "--zmq", f"tcp://127.0.0.1:{free_port()}", timeout=60)
+    assert f"[{table}] {key} = " in line and "NUL" in line and "\x00" not in line, line
