@@ -191,7 +191,7 @@ def _something_else(path: str) -> str | None:
         return "not a SQLite file"
     try:
         # immutable: read the file as it is, making no journal beside it
-        db = sqlite3.connect(f"file:{quote(path)}?immutable=1", uri=True)
+        db = sqlite3.connect(f"file:{quote(os.fsencode(path))}?immutable=1", uri=True)
     except sqlite3.Error:
         return None
     try:
@@ -274,7 +274,7 @@ class Catalog:
     def _read_only(self) -> sqlite3.Connection | None:
         """The catalogue as it is, for reading only, where nothing can be written."""
         try:
-            db = sqlite3.connect(f"file:{quote(str(self.path))}?immutable=1", uri=True,
+            db = sqlite3.connect(f"file:{quote(os.fsencode(self.path))}?immutable=1", uri=True,
                                  check_same_thread=False)
             db.execute("SELECT count(*) FROM phases").fetchone()
             return db
