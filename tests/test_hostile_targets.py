@@ -104,6 +104,38 @@ def test_a_target_renamed_to_bytes_that_are_not_utf8_and_left_unreaped_leaves_it
     assert not any("Traceback" in line for line in lines), list(lines)
 
 
+#: A process that takes the name ``NAME``, maps ``N`` small executable
+#: regions (each a line of /proc/PID/maps), runs ``SECONDS`` and exits.
+MAPPED = """
+import ctypes, mmap, sys, time
+ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0)
+kept = [mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_EXEC) for _ in range(int(sys.argv[2]))]
+start = time.process_time()
+while time.process_time() - start < float(sys.argv[3]):
+    pass
+"""
+
+
+@pytest.mark.parametrize("regions", [0, 20_000])
+def test_a_process_target_that_ends_is_no_error(tmp_path, regions):
+    """A process target's mappings sink kept its ended processes in an
+    attribute named ``ended``, over the sink's ``ended()``: every process
+    target that ended was "no longer watched" with a TypeError and counted as
+    an error, whether it had a few mappings or 20,000."""
+    name = unique_name()
+    with Daemon("--config", config(tmp_path / "c.toml", f'commands = ["{name}"]\n')) as d:
+        lines = Lines(d)
+        d.wait_ready()
+        subprocess.run([sys.executable, "-c", MAPPED, name, str(regions), "1.5"], timeout=120,
+                       check=True)
+        said = lines.wait_for(f"comm:{name}: the source ended", "no longer watched")
+        assert "the source ended" in said, list(lines)
+        assert d.metric("phasewatch_target_errors_total", target=f"comm:{name}",
+                        kind="watch") is None
+        status, _ = d.stop()
+    assert status == 0 and not any("Traceback" in line for line in lines), list(lines)
+
+
 def test_a_target_that_cannot_be_opened_is_said_once_and_counted(tmp_path):
     # A zombie of the watched name: found at every rescan, and no perf event opens on it.
     name = unique_name()
