@@ -484,3 +484,21 @@ def test_sigint_at_any_moment_ends_cleanly(tmp_path, delay):
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")] == []
     if delay == "started":
         assert trace.exists() and out.exists()
+
+
+@pytest.mark.parametrize("values", ["[1e308, 1e308]", "[-1, 2]", "[Infinity, 2]"])
+def test_eval_cpi_out_of_range_is_one_line(tmp_path, values):
+    """CPI that no core has: squares of 1e308 overflowed into numpy's
+    RuntimeWarnings (six lines) and a CoV of nan."""
+    labels, cpi = tmp_path / "l.json", tmp_path / "cpi.json"
+    labels.write_text("[0, 1]")
+    cpi.write_text(values)
+    refused("eval", labels, labels, "--cpi", cpi, inputs=[labels, cpi], match="out of range")
+
+
+def test_eval_cpi_unknown_as_nan_is_taken(tmp_path):
+    labels, cpi = tmp_path / "l.json", tmp_path / "cpi.json"
+    labels.write_text("[0, 1]")
+    cpi.write_text("[NaN, 2]")
+    status, out, err = call("eval", labels, labels, "--cpi", cpi)
+    assert status == 0 and err == "" and "CoV of CPI 0.0000" in out, err
