@@ -269,3 +269,30 @@ def test_an_output_on_the_catalogues_journal_is_refused(tmp_path, command, suffi
             else ("run", "--no-pin", "-q", "--catalog", catalog, "--output", out, "--", *BUSY))
     refused(phasewatch(*argv), "side table of")
     assert snapshot(tmp_path) == before
+
+
+# --- a report's folder where an input, a side table or another output is ---------------
+
+@pytest.mark.parametrize("suffix", SIDE_TABLES)
+def test_a_report_folder_on_a_side_table_of_the_input_is_refused_and_not_made(own_recording,
+                                                                              suffix):
+    """The folder was checked only for the files in it: `report T --out
+    T.energy.jsonl` made a folder where the recording's side table goes."""
+    out = Path(f"{own_recording}{suffix}")
+    before = snapshot(own_recording.parent)
+    refused(phasewatch("report", own_recording, "--out", out), "is the side table of the input")
+    assert snapshot(own_recording.parent) == before and not out.is_dir()
+
+
+@pytest.mark.parametrize("clash", ["--record's side table", "--output"])
+def test_run_refuses_a_report_folder_on_another_output_and_makes_none(tmp_path, clash):
+    """The folder was made before the outputs were checked, and left behind
+    by the refusal."""
+    if clash == "--output":
+        argv, folder = ("--output", tmp_path / "o.jsonl"), tmp_path / "o.jsonl"
+    else:
+        argv, folder = ("--record", tmp_path / "r.arrow"), tmp_path / "r.arrow.mappings.jsonl"
+    proc = phasewatch("run", "--no-pin", "-q", "--no-catalog", *argv, "--report", folder, "--",
+                      *BUSY)
+    refused(proc, str(folder.name))
+    assert list(tmp_path.iterdir()) == []

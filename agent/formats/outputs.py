@@ -71,6 +71,18 @@ def files_of(path: str) -> list[tuple[str, str | None]]:
     return files
 
 
+def check_folder(folder: str, outputs: Iterable[str | None] = (),
+                 inputs: Iterable[str | None] = ()) -> None:
+    """Refuse, before it is made, a folder for outputs (a report's) where an
+    input, an output or a side table of either is."""
+    for other, other_table_of in (f for p in inputs if p for f in files_of(p)):
+        if _same_file(folder, other):
+            raise UserError(_is_input(folder, other, None, other_table_of))
+    for other, other_table_of in (f for p in outputs if p for f in files_of(p)):
+        if _same_file(folder, other):
+            raise UserError(_is_output(folder, other, None, other_table_of))
+
+
 def check_outputs(outputs: Iterable[str | None], inputs: Iterable[str | None] = ()) -> None:
     """Refuse outputs that would overwrite an input or each other, or that
     cannot be files.  Every file the command reads or writes is on the one
