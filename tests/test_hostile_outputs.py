@@ -296,3 +296,16 @@ def test_run_refuses_a_report_folder_on_another_output_and_makes_none(tmp_path, 
                       *BUSY)
     refused(proc, str(folder.name))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["index.html", "phases.png"])
+def test_report_refuses_its_own_input_in_its_folder_before_reading_it(own_recording, name):
+    """The outputs were checked only when written: the trace was read first,
+    and its warnings (a side table missing) came before the refusal."""
+    folder = own_recording.parent / "rep"
+    folder.mkdir()
+    trace = folder / name
+    shutil.copy(own_recording, trace)
+    before = snapshot(folder)
+    refused(phasewatch("report", trace, "--out", folder), "is the input")
+    assert snapshot(folder) == before
