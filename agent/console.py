@@ -71,6 +71,51 @@ def guard_stdio() -> None:
                                     closefd=target != fd, buffering=1 if fd == 2 else -1))
         elif hasattr(stream, "reconfigure"):
             stream.reconfigure(errors=ESCAPE_BYTES)
+    if not isinstance(sys.stderr, _Messages):
+        sys.stderr = _Messages(sys.stderr)
+
+
+class _Messages:
+    """Standard error, where phasewatch's own messages go: a write it refuses
+    (``2>/dev/full``, a full disk, a reader gone) loses the messages from
+    then on, never the command's outcome or exit status."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._dropped: list = []        # kept, so that nothing flushes them at exit
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError:
+            self._lose()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError:
+            self._lose()
+
+    def _lose(self) -> None:
+        self._dropped.append(self._stream)
+        self._stream = open(os.devnull, "w", encoding="utf-8")
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def silence_stdout() -> None:
+    """Standard output's reader has gone (or its disk is full): drop what is
+    still buffered, so that the interpreter's final flush does not fail
+    again at exit."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):
+        return                      # not a real file (captured in tests)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def _writable(fd: int) -> bool:

@@ -18,6 +18,7 @@ import ctypes
 import errno
 import fcntl
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -39,9 +40,10 @@ OFFLINE_ERRNOS = (errno.ENXIO, errno.ENODEV, errno.ENOENT, errno.EBADF)
 
 
 def open_device(path: str) -> int:
-    """A read-only descriptor for one CPU's MSR device, or a one-line error."""
+    """A read-only descriptor for one CPU's MSR device, or a one-line error.
+    Opened without blocking: a FIFO at the path would wait for a writer."""
     try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         raise MissingDevice(f"no {path}: {load_hint('msr')}") from None
     except PermissionError:
@@ -50,6 +52,13 @@ def open_device(path: str) -> int:
             f"(setcap cap_sys_rawio+ep on the interpreter, or run as root)") from None
     except OSError as exc:
         raise MissingDevice(f"cannot open {path}: {exc.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISDIR(mode) or stat.S_ISSOCK(mode):
+        os.close(fd)
+        raise MissingDevice(f"{path}: not an MSR device (a FIFO, folder or socket): give the "
+                            f"device path with --msr-path, e.g. {DEFAULT_PATH}")
+    os.set_blocking(fd, True)
+    return fd
 
 
 def device_path(template: str, cpu: int) -> str:

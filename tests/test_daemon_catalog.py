@@ -13,7 +13,11 @@ from pathlib import Path
 import pytest
 from daemon_identity import Watched, config, own_copy, parts
 
-from phasewatch.formats.catalog import Catalog
+from phasewatch.formats.catalog import SQLITE_HEADER, Catalog
+
+
+#: A catalogue damaged past reading: SQLite's header, then no database.
+DAMAGED = SQLITE_HEADER + b"not a database, " * 100
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +45,7 @@ def phases_in(path: Path) -> dict[str, int]:
 def test_a_damaged_catalogue_is_moved_aside_and_the_daemon_starts_afresh(sequence, tmp_path):
     program = own_copy(sequence, tmp_path)
     catalog = tmp_path / "catalog.sqlite"
-    catalog.write_bytes(b"not a database, " * 100)
+    catalog.write_bytes(DAMAGED)
     with Watched(config(tmp_path, program, catalog)) as w:
         ran = w.run(program, "AB")
         got = parts(ran)
@@ -49,7 +53,7 @@ def test_a_damaged_catalogue_is_moved_aside_and_the_daemon_starts_afresh(sequenc
     assert code == 0 and got is not None, (ran, err)
     assert len(catalogue_lines(err)) == 1 and "moved aside" in catalogue_lines(err)[0], err
     [aside] = tmp_path.glob("catalog.sqlite.corrupt-*")
-    assert aside.read_bytes() == b"not a database, " * 100
+    assert aside.read_bytes() == DAMAGED
     assert {n: phases_in(catalog)[n] for n in got} == got
 
 

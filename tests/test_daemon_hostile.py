@@ -13,6 +13,8 @@ import signal
 import statistics
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -344,3 +346,53 @@ def test_a_subscription_flood_holds_memory_under_a_bound(trace):
         assert any("subscriptions: its connection was closed" in line for line in lines), lines
         assert d.proc.poll() is None
         d.metrics_text()
+
+
+# --- a recording of a run that started from its catalogue's phases ------------------
+
+def test_a_replayed_recording_with_known_phases_is_served_by_the_daemons_own_ids(tmp_path):
+    """A recording of a program's second run keeps the phases the run started
+    from (``known_phases``); the daemon, which seeds each target from its own
+    catalogue, seeded the replayed target from both and died of a
+    ValueError."""
+    phasewatch = Path(sys.executable).parent / "phasewatch"
+    for name in ("first.arrow", "second.arrow"):
+        done = subprocess.run([str(phasewatch), "run", "-q", "--interval-ms", "20", "--catalog",
+                               str(tmp_path / "c.sqlite"), "--record", str(tmp_path / name), "--",
+                               sys.executable, "-c", "sum(i * i for i in range(2_000_000))"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    assert "known_phases" in TraceReader(str(tmp_path / "second.arrow")).metadata
+    for catalog in (["--no-catalog"], ["--catalog", tmp_path / "daemon.sqlite"]):
+        with Daemon("--replay", tmp_path / "second.arrow", "--replay-speed", "0", *catalog) as d:
+            lines = collect_stderr(d)
+            d.wait_ready()
+            wait_for_line(d, lines, "the source ended")
+            assert d.metric("phasewatch_intervals_total") > 0
+            code = lines.terminate()
+        assert code == 0, lines
+        assert "Traceback" not in "\n".join(lines)
+
+
+# --- a NUL character in a config's text ---------------------------------------------
+
+NUL_KEYS = [("source", "trace"), ("source", "msr_path"), ("source", "powercap_root"),
+            ("targets", "commands"), ("targets", "cgroups"), ("metrics", "certfile"),
+            ("catalog", "path"), ("zmq", "endpoint"), ("zmq", "curve_secret_key"),
+            ("record", "dir")]
+
+
+@pytest.mark.parametrize("table,key", NUL_KEYS)
+def test_a_nul_character_in_a_configs_text_is_one_line_naming_the_key(tmp_path, table, key):
+    """TOML's \\u0000 is a string's NUL: a path or endpoint holding one
+    reached the system calls (a cgroup, a ZeroMQ bind) and the daemon died of
+    a ValueError, or its line showed the raw byte."""
+    value = '"/tmp/a\\u0000b"'
+    text = f"[{table}]\n{key} = {f'[{value}]' if table == 'targets' else value}\n"
+    if key == "certfile":
+        text += 'keyfile = "k.pem"\n'
+    config = tmp_path / "nul.toml"
+    config.write_text(text)
+    line = refused("--config", config, "--metrics", f"127.0.0.1:{free_port()}",
+                   "--zmq", f"tcp://127.0.0.1:{free_port()}", timeout=60)
+    assert f"[{table}] {key} = " in line and "NUL" in line and "\x00" not in line, line

@@ -287,3 +287,19 @@ def test_no_module_reads_a_process_proc_file_as_text():
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {text}")
     assert not found, "\n".join(found)
 
+
+
+def test_a_catalogue_in_a_folder_named_in_bytes_is_kept_and_listed(tmp_path):
+    """$XDG_STATE_HOME (or --catalog) may name a folder that is not UTF-8: the
+    catalogue's file name went into a SQLite URI through an encoder that
+    refused the bytes."""
+    state = tmp_path / f"state{FF}[bold]"
+    env = {**os.environ, "XDG_STATE_HOME": str(state)}
+    busy = [sys.executable, "-c", "sum(i * i for i in range(300_000))"]
+    clean(phasewatch("run", "--no-pin", "-q", "--", *busy, env=env))
+    assert (state / "phasewatch" / "catalog.sqlite").is_file()
+    listed = phasewatch("catalog", "list", env=env)
+    clean(listed)
+    assert b"programs in" in listed.stdout
+    clean(phasewatch("run", "--no-pin", "-q", "--catalog", state / "phasewatch" / "catalog.sqlite",
+                     "--", *busy))

@@ -5,10 +5,15 @@ and a full disk under each.  Each case is a real command on real files."""
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+import pytest
 
 from phasewatch.formats.sidetable import read_side_table
 from phasewatch.formats.tracefiles import open_trace
@@ -227,3 +232,41 @@ def test_a_recording_named_through_a_link_keeps_its_side_table_beside_the_file(t
     assert link.is_symlink() and (real / "t.arrow.mappings.jsonl").exists()
     rows = read_side_table(str(link))
     assert rows and any("sleep" in r["path"] for r in rows)
+
+
+# --- a system user: no home, the sources not writable -----------------------------------
+
+AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+
+
+def as_nobody(*argv, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([*AS_NOBODY, str(BIN), *map(str, argv)], capture_output=True,
+                          text=True, timeout=600,
+                          env={**os.environ, "HOME": "/nonexistent", **env})
+
+
+@pytest.fixture
+def nobodys_folder():
+    """A folder of nobody's own, in /tmp (pytest's folders are root's alone)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to run as the user nobody")
+    folder = Path(tempfile.mkdtemp(prefix="phasewatch-nobody-"))
+    os.chown(folder, *pwd.getpwnam("nobody")[2:4])
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_jit_without_a_folder_to_cache_in_compiles_afresh(nobodys_folder):
+    """A stale or missing ahead-of-time module takes numba's JIT, with its
+    on-disk cache; a user who may write neither beside the sources nor in a
+    home got a RuntimeError ("cannot cache function") and a traceback."""
+    done = as_nobody("replay", EXAMPLE, "--output", nobodys_folder / "r.jsonl",
+                     PHASEWATCH_KERNELS="jit")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert (nobodys_folder / "r.jsonl").stat().st_size > 0
+
+
+def test_report_without_a_home_says_nothing_of_matplotlibs_folder(nobodys_folder):
+    done = as_nobody("report", EXAMPLE, "--out", nobodys_folder / "rep")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert (nobodys_folder / "rep" / "phases.png").is_file()

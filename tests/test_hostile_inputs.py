@@ -307,3 +307,67 @@ def test_a_csv_line_of_256_mb_is_refused_without_holding_copies_of_it(tmp_path):
     assert err.strip() == (f"phasewatch replay: {path}:4: a line longer than 1,048,576 bytes: "
                            f"not a sample row")
     assert peak_kb * 1024 < 512 << 20       # it took 1 GB: four copies of the line
+
+
+# --- FIFOs where a file of keys, an export or a device is read --------------------------
+
+BIN = Path(sys.executable).parent / "phasewatch"
+
+
+def curve_keys(folder: Path) -> Path:
+    import zmq.auth
+    folder.mkdir()
+    zmq.auth.create_certificates(str(folder), "server")
+    zmq.auth.create_certificates(str(folder), "client")
+    return folder
+
+
+FIFO_READS = {
+    "catalog import": lambda t, fifo: [BIN, "catalog", "import", fifo, "--catalog", t / "c.sqlite"],
+    "subscribe --curve-server-key": lambda t, fifo: [
+        BIN, "subscribe", "--count", "1", "--endpoint", f"tcp://127.0.0.1:{free_port()}",
+        "--curve-server-key", fifo, "--curve-key", curve_keys(t / "k") / "client.key_secret"],
+    "subscribe --curve-key": lambda t, fifo: [
+        BIN, "subscribe", "--count", "1", "--endpoint", f"tcp://127.0.0.1:{free_port()}",
+        "--curve-server-key", curve_keys(t / "k") / "server.key", "--curve-key", fifo],
+    "phasewatchd curve_secret_key": lambda t, fifo: daemon_with_curve(t, fifo, None),
+    "phasewatchd a client's key among curve_authorized_keys": lambda t, fifo: daemon_with_curve(
+        t, None, fifo),
+}
+
+
+def daemon_with_curve(tmp_path: Path, secret: Path | None, client: Path | None) -> list:
+    keys = curve_keys(tmp_path / "k")
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    (allowed / "client.key").write_bytes((keys / "client.key").read_bytes())
+    if client is not None:
+        client.rename(allowed / "evil.key")
+    config = tmp_path / "d.toml"
+    config.write_text(f'[zmq]\ncurve_secret_key = "{secret or keys / "server.key_secret"}"\n'
+                      f'curve_authorized_keys = "{allowed}"\n')
+    return [DAEMON, "--config", config, "--replay", EXAMPLE, "--no-catalog",
+            "--metrics", f"127.0.0.1:{free_port()}", "--zmq", f"tcp://127.0.0.1:{free_port()}"]
+
+
+@pytest.mark.parametrize("case", FIFO_READS)
+def test_a_fifo_where_a_key_or_export_is_read_is_refused_not_waited_on(tmp_path, case):
+    """Each of these opened its file with a blocking open: a FIFO with no
+    writer hung the command (the daemon at start-up, or its authenticator's
+    thread reading every ``*.key`` of the folder)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    argv = FIFO_READS[case](tmp_path, fifo)
+    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "a FIFO, not a regular file" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_fifo_as_the_msr_device_is_said_not_waited_on(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    done = subprocess.run([str(BIN), "probe", "--msr-path", str(fifo)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert f"{fifo}: not an MSR device" in done.stdout

@@ -213,3 +213,99 @@ def test_run_refuses_a_recording_where_its_report_goes(tmp_path):
     refused(proc, "named as two outputs")
     assert not marker.exists(), "the command ran"
     assert list(folder.iterdir()) == []
+
+
+# --- a catalogue that is some other file ----------------------------------------------
+
+def another_database(path: Path) -> None:
+    import sqlite3
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE users(name TEXT)")
+    db.execute("INSERT INTO users VALUES ('x')")
+    db.commit()
+    db.close()
+
+
+NOT_CATALOGUES = {
+    "text": lambda path: path.write_text("a user's notes\n"),
+    "another program's SQLite database": another_database,
+}
+CATALOGUE_USES = {
+    "run --catalog": lambda f: ("run", "--no-pin", "-q", "--catalog", f, "--", *BUSY),
+    "catalog list": lambda f: ("catalog", "list", "--catalog", f),
+    "catalog merge": lambda f: ("catalog", "merge", f, "--catalog", f.parent / "c" / "c.sqlite"),
+}
+
+
+@pytest.mark.parametrize("use", CATALOGUE_USES)
+@pytest.mark.parametrize("kind", NOT_CATALOGUES)
+def test_a_catalogue_path_on_another_file_is_refused_and_the_file_left_as_it_is(tmp_path, kind,
+                                                                                 use):
+    """The catalogue is read and written in place: a text file was moved
+    aside and a catalogue put under its name, and another program's SQLite
+    database got the catalogue's tables (by `catalog list` too)."""
+    other = tmp_path / "mine.db"
+    NOT_CATALOGUES[kind](other)
+    (tmp_path / "c").mkdir()
+    before = snapshot(tmp_path)
+    refused(phasewatch(*CATALOGUE_USES[use](other), cwd=tmp_path), "not a phase catalogue")
+    assert snapshot(tmp_path) == before
+
+
+# --- an output on the catalogue's journals ---------------------------------------------
+
+@pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
+@pytest.mark.parametrize("command", ["catalog export", "run --output"])
+def test_an_output_on_the_catalogues_journal_is_refused(tmp_path, command, suffix):
+    """SQLite keeps journals beside the catalogue, reads them back and deletes
+    them when it closes: `catalog export C-wal` exited 0 and its file was
+    gone."""
+    catalog = tmp_path / "c.sqlite"
+    made = phasewatch("run", "--no-pin", "-q", "--catalog", catalog, "--", *BUSY)
+    assert made.returncode == 0, made.stderr
+    before = snapshot(tmp_path)
+    out = f"{catalog}{suffix}"
+    argv = (("catalog", "export", out, "--catalog", catalog) if command == "catalog export"
+            else ("run", "--no-pin", "-q", "--catalog", catalog, "--output", out, "--", *BUSY))
+    refused(phasewatch(*argv), "side table of")
+    assert snapshot(tmp_path) == before
+
+
+# --- a report's folder where an input, a side table or another output is ---------------
+
+@pytest.mark.parametrize("suffix", SIDE_TABLES)
+def test_a_report_folder_on_a_side_table_of_the_input_is_refused_and_not_made(own_recording,
+                                                                              suffix):
+    """The folder was checked only for the files in it: `report T --out
+    T.energy.jsonl` made a folder where the recording's side table goes."""
+    out = Path(f"{own_recording}{suffix}")
+    before = snapshot(own_recording.parent)
+    refused(phasewatch("report", own_recording, "--out", out), "is the side table of the input")
+    assert snapshot(own_recording.parent) == before and not out.is_dir()
+
+
+@pytest.mark.parametrize("clash", ["--record's side table", "--output"])
+def test_run_refuses_a_report_folder_on_another_output_and_makes_none(tmp_path, clash):
+    """The folder was made before the outputs were checked, and left behind
+    by the refusal."""
+    if clash == "--output":
+        argv, folder = ("--output", tmp_path / "o.jsonl"), tmp_path / "o.jsonl"
+    else:
+        argv, folder = ("--record", tmp_path / "r.arrow"), tmp_path / "r.arrow.mappings.jsonl"
+    proc = phasewatch("run", "--no-pin", "-q", "--no-catalog", *argv, "--report", folder, "--",
+                      *BUSY)
+    refused(proc, str(folder.name))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["index.html", "phases.png"])
+def test_report_refuses_its_own_input_in_its_folder_before_reading_it(own_recording, name):
+    """The outputs were checked only when written: the trace was read first,
+    and its warnings (a side table missing) came before the refusal."""
+    folder = own_recording.parent / "rep"
+    folder.mkdir()
+    trace = folder / name
+    shutil.copy(own_recording, trace)
+    before = snapshot(folder)
+    refused(phasewatch("report", trace, "--out", folder), "is the input")
+    assert snapshot(folder) == before

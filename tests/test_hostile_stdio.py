@@ -172,3 +172,47 @@ def test_the_clean_up_before_exec_never_closes_0_to_2():
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "to-stdout\n" and proc.stderr == "to-stderr\n"
+
+
+# --- standard output or error on a full device ----------------------------------------
+
+@pytest.mark.parametrize("option", ["--version", "--help"])
+def test_the_daemons_help_on_a_full_standard_output_is_one_line(tmp_path, option):
+    done = shell(f'"$PWD_D" {option} >/dev/full', tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "phasewatchd: cannot write standard output: No space left on device"], done.stderr
+
+
+@pytest.mark.parametrize("status", [0, 3])
+def test_a_full_standard_error_loses_the_messages_not_the_commands_status(tmp_path, status):
+    """The phase table goes to standard error; when it could not be written
+    there, `run` ended with a traceback (to a stderr that took none) and
+    status 1, whatever the command's."""
+    done = shell(f'"$PW" run --no-pin -- sh -c "echo out; exit {status}" 2>/dev/full', tmp_path)
+    assert done.returncode == status
+    assert done.stdout == "out\n"
+
+
+def test_the_daemon_with_a_full_standard_error_serves(tmp_path, trace):
+    port = free_port()
+    daemon = subprocess.Popen(
+        ["sh", "-c", 'exec "$0" "$@" 2>/dev/full', str(DAEMON), "--replay", str(trace),
+         "--replay-speed", "0", "--metrics", f"127.0.0.1:{port}",
+         "--zmq", f"tcp://127.0.0.1:{free_port()}"], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert daemon.poll() is None, f"phasewatchd exited {daemon.returncode}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    if b"phasewatch_intervals_total" in r.read():
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "phasewatchd never served"
+            time.sleep(0.2)
+    finally:
+        daemon.terminate()
+        status = daemon.wait(timeout=20)
+    assert status == 0

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from daemonutil import Daemon, PHASEWATCH, refused
+from daemonutil import Daemon, PHASEWATCH, free_port, refused
+from phasewatch.daemon.target_errors import KINDS
 
 #: A child that takes the name ``NAME``, runs, renames itself to ``NEXT``
 #: (bytes), runs, and exits; its parent prints its pid and never reaps it.
@@ -103,6 +104,38 @@ def test_a_target_renamed_to_bytes_that_are_not_utf8_and_left_unreaped_leaves_it
     assert not any("Traceback" in line for line in lines), list(lines)
 
 
+#: A process that takes the name ``NAME``, maps ``N`` small executable
+#: regions (each a line of /proc/PID/maps), runs ``SECONDS`` and exits.
+MAPPED = """
+import ctypes, mmap, sys, time
+ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0)
+kept = [mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_EXEC) for _ in range(int(sys.argv[2]))]
+start = time.process_time()
+while time.process_time() - start < float(sys.argv[3]):
+    pass
+"""
+
+
+@pytest.mark.parametrize("regions", [0, 20_000])
+def test_a_process_target_that_ends_is_no_error(tmp_path, regions):
+    """A process target's mappings sink kept its ended processes in an
+    attribute named ``ended``, over the sink's ``ended()``: every process
+    target that ended was "no longer watched" with a TypeError and counted as
+    an error, whether it had a few mappings or 20,000."""
+    name = unique_name()
+    with Daemon("--config", config(tmp_path / "c.toml", f'commands = ["{name}"]\n')) as d:
+        lines = Lines(d)
+        d.wait_ready()
+        subprocess.run([sys.executable, "-c", MAPPED, name, str(regions), "1.5"], timeout=120,
+                       check=True)
+        said = lines.wait_for(f"comm:{name}: the source ended", "no longer watched")
+        assert "the source ended" in said, list(lines)
+        assert d.metric("phasewatch_target_errors_total", target=f"comm:{name}",
+                        kind="watch") is None
+        status, _ = d.stop()
+    assert status == 0 and not any("Traceback" in line for line in lines), list(lines)
+
+
 def test_a_target_that_cannot_be_opened_is_said_once_and_counted(tmp_path):
     # A zombie of the watched name: found at every rescan, and no perf event opens on it.
     name = unique_name()
@@ -121,6 +154,52 @@ def test_a_target_that_cannot_be_opened_is_said_once_and_counted(tmp_path):
     said = [line for line in lines if f"comm:{name}" in line]
     assert len(said) == 1, said
     assert "phasewatch_target_errors_total" in said[0]
+
+
+#: Children that take the name ``NAME``, run a moment and exit, forked
+#: without pause for ``SECONDS``; reaped fifty at a time.
+STORM = """
+import ctypes, os, sys, time
+name, seconds = sys.argv[1].encode(), float(sys.argv[2])
+libc = ctypes.CDLL(None)
+end, forked = time.monotonic() + seconds, 0
+while time.monotonic() < end:
+    if os.fork() == 0:
+        libc.prctl(15, name, 0, 0, 0)
+        x = 0
+        for i in range(20_000):
+            x += i
+        os._exit(0)
+    forked += 1
+    if forked % 50 == 0:
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                    break
+            except ChildProcessError:
+                break
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        break
+"""
+
+
+def test_a_storm_of_short_lived_processes_of_a_target_is_said_once(tmp_path):
+    """Class "processes appearing and vanishing quickly": each child of a comm
+    target gone before its source opened was said in a line of its own (171
+    lines in 8 s here), the log flooded by what is one target's behaviour."""
+    name = unique_name()
+    with Daemon("--config", config(tmp_path / "c.toml", f'commands = ["{name}"]\n')) as d:
+        lines = Lines(d)
+        d.wait_ready()
+        subprocess.run([sys.executable, "-c", STORM, name, "6"], timeout=120, check=True)
+        time.sleep(1.0)
+        assert d.proc.poll() is None
+        status, _ = d.stop()
+    said = [line for line in lines if f"comm:{name}:" in line and "target_errors" in line]
+    assert status == 0 and len(said) <= len(KINDS), said
 
 
 def test_a_cgroup_removed_while_watched_is_said_once_and_counted(tmp_path):
@@ -175,6 +254,26 @@ def test_an_ipc_endpoint_on_a_socket_left_behind_is_bound(tmp_path):
     with Daemon("--replay", example, "--replay-speed", "0", zmq=f"ipc://{path}") as d:
         d.wait_ready()
         assert path.is_socket()
+
+
+def test_an_ipc_endpoint_a_running_daemon_serves_on_is_not_taken_over(tmp_path):
+    """libzmq unlinks a socket before it binds: a second daemon (or a proxy)
+    given the first one's ipc path took it over, and the first one's
+    subscribers could no longer reach it."""
+    path = tmp_path / "events.sock"
+    example = Path(__file__).resolve().parents[1] / "examples" / "synthetic-skylake.csv"
+    with Daemon("--replay", example, "--replay-speed", "0", zmq=f"ipc://{path}") as first:
+        first.wait_ready()
+        bound = os.lstat(path).st_ino
+        line = refused("--replay", example, "--zmq", f"ipc://{path}",
+                       "--metrics", f"127.0.0.1:{free_port()}")
+        assert "another process is serving" in line and str(path) in line, line
+        proxy = subprocess.run([str(PHASEWATCH), "proxy", "--connect", "tcp://127.0.0.1:1",
+                                "--bind", f"ipc://{path}"], capture_output=True, text=True,
+                               timeout=60)
+        assert proxy.returncode == 2 and "another process is serving" in proxy.stderr, \
+            proxy.stderr
+        assert os.lstat(path).st_ino == bound and first.proc.poll() is None
 
 
 def test_a_cpu_the_host_lacks_is_named_with_the_ones_it_has(tmp_path):

@@ -22,7 +22,11 @@ from phasewatch.core.classify import KnownPhase
 from phasewatch.core.params import DetectorParams, Params, histogram_params_of, interval_params_of
 from phasewatch.core.pipeline import Pipeline
 from phasewatch.formats import synthetic
-from phasewatch.formats.catalog import Catalog, CatalogPhase
+from phasewatch.formats.catalog import SQLITE_HEADER, Catalog, CatalogPhase
+
+
+#: A catalogue damaged past reading: SQLite's header, then no database.
+DAMAGED = SQLITE_HEADER + b"not a database, " * 100
 
 PHASEWATCH = [sys.executable, "-m", "phasewatch.cli"]
 PARTS = {"fa", "fb", "fc"}
@@ -139,11 +143,11 @@ def test_merging_a_catalogue_file_takes_its_ids(sequence, tmp_path):
 
 def test_a_damaged_catalogue_is_moved_aside_and_the_run_goes_on(sequence, tmp_path):
     catalog = tmp_path / "catalog.sqlite"
-    catalog.write_bytes(b"not a database, " * 100)
+    catalog.write_bytes(DAMAGED)
     got = run(sequence, "AB", tmp_path, catalog)
     assert len(got["said"]) == 1 and "moved aside" in got["said"][0]
     [aside] = tmp_path.glob("catalog.sqlite.corrupt-*")
-    assert aside.read_bytes() == b"not a database, " * 100
+    assert aside.read_bytes() == DAMAGED
     assert run(sequence, "BA", tmp_path, catalog)["ids"] == got["ids"]
 
 

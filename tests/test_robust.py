@@ -292,6 +292,70 @@ def test_a_recordings_own_sampling_metadata_is_read_typed(recording):
     assert 0 < sampling.realtime_offset_ns <= time.time_ns()
 
 
+
+def known_phase(profile: str, **changes) -> dict:
+    """A phase as ``known_phases`` keeps it, shaped to ``profile`` (its
+    layout's bounds: the last is the width, one segment between each two)."""
+    bounds = profile.partition(":")[2].split(",")
+    segments = len(bounds) - 1
+    phase = {"id": 0, "width": int(bounds[-1]), "index": [0], "value": [1.0],
+             "members": [1] * segments, "mean_samples": [8.0] * segments, "joins": 1,
+             "cpi_n": 0, "log_cpi": 0.0, "cpi_last": 0.0, "cpi_d2": 0.0}
+    return {**phase, **changes}
+
+
+#: ``known_phases`` (the catalogue's phases the run started from) of the
+#: recording's own profile, so that a replay seeds its classifier from them.
+WRONG_KNOWN_PHASES = {
+    "not an object": lambda profile: "x",
+    "next id beyond 64 bits": lambda profile: {"profile": profile, "next_id": 10**30, "phases": []},
+    "phases an object": lambda profile: {"profile": profile, "phases": {"a": 1}},
+    "phase without keys": lambda profile: {"profile": profile, "phases": [{}]},
+    "id beyond 64 bits": lambda profile: {"profile": profile,
+                                          "phases": [known_phase(profile, id=2**70)]},
+    "negative id": lambda profile: {"profile": profile, "phases": [known_phase(profile, id=-3)]},
+    "index beyond the width": lambda profile: {
+        "profile": profile, "phases": [known_phase(profile, index=[10**9])]},
+    "width unlike the profile": lambda profile: {
+        "profile": profile, "phases": [known_phase(profile, width=5, index=[225])]},
+    "members unlike the profile": lambda profile: {
+        "profile": profile, "phases": [known_phase(profile, members=[1, 1], mean_samples=[1.0, 1.0])]},
+}
+
+
+@pytest.fixture(scope="module")
+def seeded_recording(tmp_path_factory) -> Path:
+    """A recording of a run that started from its catalogue's phases (a second
+    run of one program): it has ``known_phases``."""
+    folder = tmp_path_factory.mktemp("seeded")
+    for name in ("first.arrow", "r.arrow"):
+        got, _, err = call("run", "-q", "--interval-ms", "20", "--catalog", folder / "c.sqlite",
+                           "--record", folder / name, "--", sys.executable, "-c",
+                           "sum(i * i for i in range(2_000_000))")
+        assert got == 0, err
+    return folder / "r.arrow"
+
+
+@pytest.mark.parametrize("case", WRONG_KNOWN_PHASES)
+def test_bad_known_phases_metadata_is_one_line_or_left_out(seeded_recording, tmp_path, case):
+    """Class "typed metadata all the way down": the phases a recording's run
+    started from were read untyped, and a wrong one was a traceback."""
+    recording = seeded_recording
+    table = pa.ipc.open_file(str(recording)).read_all()
+    meta = json.loads(table.schema.metadata[META_KEY])
+    meta["known_phases"] = WRONG_KNOWN_PHASES[case](meta["known_phases"]["profile"])
+    bad = tmp_path / "k.arrow"
+    table = table.replace_schema_metadata({META_KEY: json.dumps(meta)})
+    with pa.OSFile(str(bad), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    shutil.copy(f"{recording}.mappings.jsonl", f"{bad}.mappings.jsonl")
+    if case == "members unlike the profile":     # well typed: the phase is left out
+        status, _, err = call("replay", bad)
+        assert status == 0 and "Traceback" not in err, err
+        return
+    refused("replay", bad, inputs=[bad], match=f"{bad}: trace field 'known_phases")
+
+
 # --- options ------------------------------------------------------------------
 
 @pytest.mark.parametrize("option,value", [
@@ -420,3 +484,21 @@ def test_sigint_at_any_moment_ends_cleanly(tmp_path, delay):
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")] == []
     if delay == "started":
         assert trace.exists() and out.exists()
+
+
+@pytest.mark.parametrize("values", ["[1e308, 1e308]", "[-1, 2]", "[Infinity, 2]"])
+def test_eval_cpi_out_of_range_is_one_line(tmp_path, values):
+    """CPI that no core has: squares of 1e308 overflowed into numpy's
+    RuntimeWarnings (six lines) and a CoV of nan."""
+    labels, cpi = tmp_path / "l.json", tmp_path / "cpi.json"
+    labels.write_text("[0, 1]")
+    cpi.write_text(values)
+    refused("eval", labels, labels, "--cpi", cpi, inputs=[labels, cpi], match="out of range")
+
+
+def test_eval_cpi_unknown_as_nan_is_taken(tmp_path):
+    labels, cpi = tmp_path / "l.json", tmp_path / "cpi.json"
+    labels.write_text("[0, 1]")
+    cpi.write_text("[NaN, 2]")
+    status, out, err = call("eval", labels, labels, "--cpi", cpi)
+    assert status == 0 and err == "" and "CoV of CPI 0.0000" in out, err

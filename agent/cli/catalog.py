@@ -19,7 +19,8 @@ from ..console import rich_console
 from ..core.params import DEFAULT_THRESHOLD
 from ..errors import UserError
 from ..formats.catalog import Catalog, default_path, dumps
-from ..formats.outputs import open_output
+from ..formats.inputs import read_text
+from ..formats.outputs import Database, open_output
 from .arguments import number
 
 
@@ -87,7 +88,7 @@ def export(catalog: Catalog, args) -> int:
     if args.what in (None, "-"):
         sys.stdout.write(text)
         return 0
-    with open_output(args.what, inputs=[str(catalog.path)]) as out:
+    with open_output(args.what, inputs=[Database(catalog.path)]) as out:
         out.stream.write(text)
     if out.failure:
         raise UserError(out.failure)
@@ -96,10 +97,7 @@ def export(catalog: Catalog, args) -> int:
 
 def import_export(catalog: Catalog, args) -> int:
     try:
-        with open(args.what, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as exc:
-        raise UserError(f"cannot read {args.what}: {exc.strerror}") from None
+        data = json.loads(read_text(args.what, "catalogue export"))
     except ValueError as exc:
         raise UserError(f"{args.what}: not a catalogue export ({exc})") from None
     return _merged(catalog, data, args)

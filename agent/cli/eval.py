@@ -65,6 +65,11 @@ def compare(a: Labelling, b: Labelling, cpi: np.ndarray | None) -> dict:
     return out
 
 
+#: The largest CPI taken (a stalled core's is in the thousands): beyond it,
+#: the squares summed for a CoV overflow.
+MAX_CPI = 1e9
+
+
 def pick_cpi(args, a: Labelling, b: Labelling) -> np.ndarray | None:
     if args.cpi:
         values = read_labels(args.cpi)
@@ -74,6 +79,10 @@ def pick_cpi(args, a: Labelling, b: Labelling) -> np.ndarray | None:
             raise UserError(f"{args.cpi}: CPI must be a JSON list of numbers") from None
         if cpi.ndim != 1 or len(cpi) != len(a):
             raise UserError(f"{args.cpi}: {len(cpi)} CPI values for {len(a)} intervals")
+        wrong = np.flatnonzero(~np.isnan(cpi) & ~((cpi >= 0) & (cpi <= MAX_CPI)))
+        if len(wrong):
+            raise UserError(f"{args.cpi}: CPI {cpi[wrong[0]]:g} of interval {wrong[0]} is out of "
+                            f"range (0 to {MAX_CPI:g}, or NaN where unknown)")
         return cpi
     return a.cpi if a.cpi is not None else b.cpi
 

@@ -10,7 +10,7 @@ import os
 import sys
 
 from .. import __version__
-from ..console import one_line, start_up
+from ..console import one_line, silence_stdout, start_up
 from ..errors import UserError
 from .blas import load_numpy
 
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                        f"limit (ulimit -v)"), file=sys.stderr)
         return 2
     except BrokenPipeError:         # the reader went away, as with `| head`
-        _silence_stdout()
+        silence_stdout()
         return 0
     except OSError as exc:
         # Every output file is written through phasewatch.formats.outputs, which keeps
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         if exc.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG):
             raise
         print(f"{command}: cannot write standard output: {exc.strerror}", file=sys.stderr)
-        _silence_stdout()
+        silence_stdout()
         return 2
 
 
@@ -123,18 +123,6 @@ def entry() -> None:
             pass
     atexit._run_exitfuncs()
     os._exit(status if isinstance(status, int) else 1)
-
-
-def _silence_stdout() -> None:
-    """The reader has gone (or the disk is full): drop what is still buffered,
-    so that the interpreter's final flush does not fail again at exit."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, ValueError, OSError):
-        return                      # not a real file (captured in tests)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ def _take_sighups() -> None:
 threading.Thread(target=_take_sighups, name="sighup", daemon=True).start()
 
 # Closed standard descriptors get /dev/null before the imports below open files.
-from ..console import guard_stdio, start_up  # noqa: E402
+from ..console import guard_stdio, silence_stdout, start_up  # noqa: E402
 
 guard_stdio()
 
@@ -76,8 +76,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parsed(argv: list[str] | None):
+    """The arguments; --help, --version and a usage error exit here, their
+    text flushed first, so that a standard output that refuses it is one line."""
+    try:
+        return build_parser().parse_args(argv)
+    except SystemExit:
+        sys.stdout.flush()
+        raise
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = parsed(argv)
+    except BrokenPipeError:         # the reader went away, as with `| head`
+        silence_stdout()
+        return 0
+    except OSError as exc:          # /dev/full
+        log(f"cannot write standard output: {exc.strerror}")
+        silence_stdout()
+        return 2
     try:
         if (cannot := start_up()) is not None:
             raise UserError(cannot)

@@ -24,14 +24,14 @@ from ..core.pipeline import Intervals, Pipeline
 from ..core.settings import pipeline_for
 from ..errors import UserError
 from ..formats.inputs import read_text
-from ..formats.outputs import Recording
+from ..formats.outputs import Recording, check_folder, check_outputs
 from ..formats.labellings import number_problem, phase_problem, read_labels
 from ..formats.results import adjusted_rand_index
 from ..formats.tracefiles import open_trace
 from ..live.phase_functions import PhaseFunctions
 from ..report.code_entries import CodeEntries
 from ..report.figure import FigureRecorder, PhaseFigure, with_truth
-from ..report.folder import phase_rows, write_report
+from ..report.folder import phase_rows, report_files, write_report
 from .arguments import add_detector_arguments, given_settings, settings_of
 
 
@@ -54,6 +54,11 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     results, trace = inputs_of(args)
+    inputs = [Recording(trace), args.input, args.labels, Recording(args.diff) if args.diff else None]
+    # Refused before the trace is read (and warned about): checked again when written.
+    check_folder(args.out, inputs=inputs)
+    if os.path.isdir(args.out):
+        check_outputs(report_files(args.out), inputs)
     labels = read_truth(args.labels) if args.labels else None
     source = open_trace(trace, base_mhz=args.base_mhz, warn=warn)
     try:
@@ -86,8 +91,7 @@ def run(args) -> int:
     notes = describe(trace, pipeline, figure, results is not None and args.input)
     sections = [diff_section(args.diff, trace, args)] if args.diff else []
     written = write_report(args.out, figure, f"phases of {os.path.basename(trace)}", notes, rows,
-                           inputs=[Recording(trace), args.input, args.labels,
-                                   Recording(args.diff) if args.diff else None], sections=sections)
+                           inputs=inputs, sections=sections)
     print(f"phasewatch report: wrote {', '.join(written)} ({len(intervals)} intervals, "
           f"{len(rows)} phases)")
     return 0

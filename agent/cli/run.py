@@ -38,7 +38,7 @@ from ..core.batch import ID_RANGES
 from ..core.detectors import SAMPLE_DETECTORS
 from ..core.settings import DetectionSettings
 from ..errors import UserError
-from ..formats.outputs import Recording, check_outputs, open_output
+from ..formats.outputs import Database, Recording, check_folder, check_outputs, open_output
 from ..formats.sidetable import check_side_table_output
 from ..live.attach import Attached
 from ..live.child import Child
@@ -197,14 +197,16 @@ def check_arguments(args, program: str | None) -> DetectionSettings:
     if args.catalog and args.no_catalog:
         raise UserError("--catalog and --no-catalog contradict each other: give one of them")
     args.catalog = catalog_path(args)
+    record = Recording(args.record) if args.record else None
+    catalog = Database(args.catalog) if args.catalog else None
+    outputs = [record, args.output, json_file(args), args.pprof, catalog]
     report = []
     if args.report:
         from ..report.folder import check_report_dir, report_files
+        check_folder(args.report, outputs, inputs=[args.program])
         check_report_dir(args.report)
         report = report_files(args.report)
-    record = Recording(args.record) if args.record else None
-    check_outputs([record, args.output, json_file(args), args.pprof, args.catalog, *report],
-                  inputs=[args.program])
+    check_outputs(outputs + report, inputs=[args.program])
     if args.powercap_root:
         from ..live.phase_energy import EnergyMeter
         EnergyMeter.open(args.powercap_root)

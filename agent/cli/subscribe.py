@@ -15,6 +15,7 @@ import zmq
 from ..core.batch import SampleBatch
 from ..daemon.publish import decode_message
 from ..errors import UserError
+from ..formats.inputs import check_regular
 
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5556"
 
@@ -51,6 +52,8 @@ def secure(sub: zmq.Socket, args) -> None:
     import zmq.auth
     if not (args.curve_server_key and args.curve_key):
         raise UserError("CurveZMQ needs both --curve-server-key and --curve-key")
+    check_regular(args.curve_server_key, "CurveZMQ key")
+    check_regular(args.curve_key, "CurveZMQ key")
     try:
         server_public, _ = zmq.auth.load_certificate(args.curve_server_key)
         public, secret = zmq.auth.load_certificate(args.curve_key)

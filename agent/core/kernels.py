@@ -53,8 +53,19 @@ class Kernel:
         if self._dispatcher is None:
             with _jit_lock:     # the daemon's pipelines run in threads: one imports numba
                 if self._dispatcher is None:
-                    self._dispatcher = _numba().njit(**self.targetoptions)(self.py_func)
+                    self._dispatcher = self._jit()
         return self._dispatcher
+
+    def _jit(self):
+        njit = _numba().njit
+        try:
+            return njit(**self.targetoptions)(self.py_func)
+        except RuntimeError as exc:
+            # No folder to cache in (the sources' own not writable, and no
+            # home, as for a system user): compiled afresh in each process.
+            if "cannot cache" not in str(exc):
+                raise
+            return njit(**{**self.targetoptions, "cache": False})(self.py_func)
 
     def __call__(self, *args):
         return self.entry(*args)(*args)

@@ -203,8 +203,10 @@ class Pipeline:
         that a replay gives the run's ids."""
         if not known or known.get("profile") != self.profile:
             return
-        self.classifier.seed([known_phase_of(p) for p in known.get("phases", [])],
-                             int(known.get("next_id", 0)))
+        # The profile names the layout, but a file may say one thing and hold another.
+        fitting = [p for p in known.get("phases", [])
+                   if p["width"] == self.layout.width and len(p["members"]) == len(SEGMENTS)]
+        self.classifier.seed([known_phase_of(p) for p in fitting], int(known.get("next_id", 0)))
 
     def known_phases(self) -> dict:
         """The phases this pipeline knows now, as :meth:`start_from` takes them."""

@@ -46,6 +46,14 @@ DETECTION = ("detector", "threshold", "adaptive", "cpi_tolerance") + INTERVAL_SE
 _CPU, _TID = ID_RANGES["cpu"][1], ID_RANGES["tid"][1]
 
 
+#: Text the file may give: no path, endpoint or name holds a NUL character
+#: (TOML's \u0000), which the system calls that take them refuse.
+Text = Annotated[str, Meta(pattern=r"\A[^\x00]*\Z",
+                           description="give text without a NUL character (\\u0000)")]
+Name = Annotated[str, Meta(min_length=1, pattern=r"\A[^\x00]*\Z",
+                           description="give a non-empty text without a NUL character")]
+
+
 def _range(low, high, unit: str = "") -> Meta:
     return bounded(Limit(float, low, high), unit)
 
@@ -56,11 +64,11 @@ class _Table(Struct, forbid_unknown_fields=True, kw_only=True):
 
 class SourceTable(_Table):
     kind: Literal[SOURCES] = "auto"
-    trace: str | None = None
+    trace: Text | None = None
     replay_speed: float = 1.0
-    msr_path: str = "/dev/cpu/{cpu}/msr"
+    msr_path: Text = "/dev/cpu/{cpu}/msr"
     rate_hz: Annotated[int, _range(1, 100_000, " Hz")] = 1000
-    powercap_root: str | None = None
+    powercap_root: Text | None = None
 
 
 class TargetsTable(_Table):
@@ -68,10 +76,10 @@ class TargetsTable(_Table):
                     Meta(description=f'give "all" or a list of CPU numbers (0 to {_CPU})')] = "all"
     pids: Annotated[list[Annotated[int, Meta(ge=1, le=_TID)]],
                     Meta(description=f"give pids from 1 to {_TID}")] = []
-    commands: Annotated[list[Annotated[str, Meta(min_length=1)]],
-                        Meta(description="give non-empty strings")] = []
-    cgroups: Annotated[list[Annotated[str, Meta(min_length=1)]],
-                       Meta(description="give non-empty strings")] = []
+    commands: Annotated[list[Name],
+                        Meta(description="give non-empty strings without NUL characters")] = []
+    cgroups: Annotated[list[Name],
+                       Meta(description="give non-empty strings without NUL characters")] = []
     rescan_seconds: Annotated[float, _range(0.1, 86_400, " s")] = 10.0
 
 
@@ -87,29 +95,29 @@ class DetectorTable(_Table):
 
 
 class MetricsTable(_Table):
-    listen: str | None = "127.0.0.1:9464"
-    certfile: str | None = None
-    keyfile: str | None = None
-    client_cafile: str | None = None
+    listen: Text | None = "127.0.0.1:9464"
+    certfile: Text | None = None
+    keyfile: Text | None = None
+    client_cafile: Text | None = None
     grace_seconds: Annotated[float, _range(0, 10**7, " s")] = DEFAULT_GRACE_S
     retired_seconds: Annotated[float, _range(0, 10**7, " s")] = RETIRED_KEEP_S
 
 
 class CatalogTable(_Table):
     enabled: bool = True
-    path: Annotated[str, Meta(min_length=1)] | None = None
+    path: Name | None = None
 
 
 class ZmqTable(_Table):
-    endpoint: str | None = "tcp://127.0.0.1:5556"
+    endpoint: Text | None = "tcp://127.0.0.1:5556"
     hwm: Annotated[int, _range(1, 10**7)] = DEFAULT_HWM
     samples: bool = False
-    curve_secret_key: str | None = None
-    curve_authorized_keys: str | None = None
+    curve_secret_key: Text | None = None
+    curve_authorized_keys: Text | None = None
 
 
 class RecordTable(_Table):
-    dir: str | None = None
+    dir: Text | None = None
 
 
 class ConfigFile(_Table):

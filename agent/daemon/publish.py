@@ -64,6 +64,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
+import os
 import platform
 import sys
 import threading
@@ -78,6 +79,7 @@ from ..core.source import Classified
 from ..core.pipeline import Intervals
 from ..core.source import Sink
 from ..errors import UserError
+from ..formats.inputs import check_regular
 from ..formats.outputs import check_ipc_endpoint
 from .subguard import SubscriberGuard
 
@@ -170,6 +172,11 @@ class Publisher:
         """CurveZMQ: the server's key pair, and the clients' public keys allowed."""
         import zmq.auth
         from zmq.auth.thread import ThreadAuthenticator
+        check_regular(curve["secret_key"], "CurveZMQ key")
+        keys = curve["authorized_keys"]
+        for name in sorted(os.listdir(keys)) if os.path.isdir(keys) else ():
+            if name.endswith(".key"):     # every one is read, by the authenticator's thread
+                check_regular(os.path.join(keys, name), "CurveZMQ public key")
         try:
             public, secret = zmq.auth.load_certificate(curve["secret_key"])
         except (OSError, ValueError) as exc:

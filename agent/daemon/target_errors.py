@@ -60,9 +60,11 @@ class TargetErrors:
             if key not in self._counts and len(self._counts) >= MAX_SERIES:
                 key = ("other", kind)
             self._counts[key] = self._counts.get(key, 0) + 1
-            first = (target, kind) not in self._said and len(self._said) < MAX_SAID
+            # Once per configured target: a storm of short-lived processes of
+            # one comm target (each gone before its source opened) is one line.
+            first = key not in self._said and len(self._said) < MAX_SAID
             if first:
-                self._said.add((target, kind))
+                self._said.add(key)
         if first:
             self.log(f"{target}: {describe(exc)}: {KINDS[kind]} "
                      f"(counted in phasewatch_target_errors_total)")

@@ -109,7 +109,10 @@ class Targets(Streams, Sink):
         """``books(name, pipeline)``: the :class:`TargetPhases` of a new
         target's pipeline, which it seeds."""
         super().__init__(self._new_target, name=target, on_rows=self._took)
-        self.meta = meta
+        # The daemon's ids are its own catalogue's: a replayed recording's
+        # known_phases (those its run started from, another catalogue's) are
+        # not seeded, or a target would be seeded twice.
+        self.meta = {key: value for key, value in meta.items() if key != "known_phases"}
         self.params = params
         self.target = target
         self.grace_s = grace_s

@@ -50,6 +50,8 @@ CREATE TABLE IF NOT EXISTS phases(
     PRIMARY KEY(program, id));
 CREATE TABLE IF NOT EXISTS predictions(program TEXT PRIMARY KEY, memory TEXT NOT NULL);
 """
+#: The tables of a catalogue.
+_TABLES = {"meta", "programs", "phases", "predictions"}
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,50 @@ def check_path(path: str) -> None:
     if os.path.islink(path) or (os.path.exists(path) and not os.path.isfile(path)):
         raise UserError(f"{path}: not a regular file: give the catalogue's own file "
                         f"with --catalog, or --no-catalog")
+    other = _something_else(path)
+    if other:
+        raise UserError(f"{path}: {other}, not a phase catalogue: left as it is; give the "
+                        f"catalogue's own file with --catalog, or --no-catalog")
+
+
+#: The first bytes of every SQLite database file.
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _something_else(path: str) -> str | None:
+    """What the file at ``path`` is, where it is plainly not a catalogue,
+    damaged or whole: a file that is not SQLite, or a SQLite database with
+    tables of its own.  Such a file is another program's or the user's, and
+    is neither written nor moved aside; None for an empty file, a
+    catalogue, or a SQLite file too damaged to tell (moved aside when opened)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError:
+        return None         # missing, or unreadable: opening it says why
+    if not head:
+        return None
+    if head != SQLITE_HEADER:
+        return "not a SQLite file"
+    try:
+        # immutable: read the file as it is, making no journal beside it
+        db = sqlite3.connect(f"file:{quote(os.fsencode(path))}?immutable=1", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        theirs = sorted(tables - _TABLES)
+        if theirs:
+            return f"a SQLite database of tables {', '.join(theirs[:3])}"
+        if "meta" in tables:
+            row = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+            if row is not None and row[0] != FORMAT:
+                return f"a SQLite database of format {str(row[0])[:40]!r}"
+    except sqlite3.Error:
+        return None
+    finally:
+        db.close()
+    return None
 
 
 class Catalog:
@@ -222,7 +268,7 @@ class Catalog:
     def _read_only(self) -> sqlite3.Connection | None:
         """The catalogue as it is, for reading only, where nothing can be written."""
         try:
-            db = sqlite3.connect(f"file:{quote(str(self.path))}?immutable=1", uri=True,
+            db = sqlite3.connect(f"file:{quote(os.fsencode(self.path))}?immutable=1", uri=True,
                                  check_same_thread=False)
             db.execute("SELECT count(*) FROM phases").fetchone()
             return db

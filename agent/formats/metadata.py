@@ -110,6 +110,39 @@ class DetectionSchema(_Schema):
     cpi_tolerance: Annotated[float, bounded(LIMITS["cpi_tolerance"])] = DEFAULT_CPI_TOLERANCE
 
 
+#: Phase ids a recording may name: they index arrays of phases, so they are
+#: bounded like a count (ids are never given twice, so they grow run by run).
+MAX_PHASE_ID = 2**31 - 1
+#: The widest profile a known phase may have (every segment at MAX_BINS).
+MAX_PROFILE_WIDTH = 16 * MAX_BINS
+Count = Annotated[int, Meta(ge=0, le=2**62)]
+
+
+class KnownPhaseSchema(_Schema):
+    """A phase the recording's run started from (``core.classify.known_phase_dict``):
+    its centroid sparse, ``index`` and ``value`` side by side."""
+
+    id: Annotated[int, Meta(ge=0, le=MAX_PHASE_ID)]
+    width: Annotated[int, Meta(ge=1, le=MAX_PROFILE_WIDTH)]
+    index: list[Annotated[int, Meta(ge=0, le=MAX_PROFILE_WIDTH)]]
+    value: list[Finite]
+    members: list[Count]
+    mean_samples: list[Finite]
+    joins: Count = 0
+    cpi_n: Count = 0
+    log_cpi: Finite = 0.0
+    cpi_last: Finite = 0.0
+    cpi_d2: Finite = 0.0
+
+
+class KnownPhasesSchema(_Schema):
+    """The ``known_phases`` field: the catalogue's phases the run started from."""
+
+    profile: str = ""
+    next_id: Annotated[int, Meta(ge=0, le=MAX_PHASE_ID)] = 0
+    phases: list[KnownPhaseSchema] = field(default_factory=list)
+
+
 class Sampling(_Schema, frozen=True):
     """How the samples were taken (the ``sampling`` field): the collector's
     own description, with the numbers a replay computes with bounded."""
@@ -156,6 +189,7 @@ class TraceSchema(_Schema):
     pinned_cpu: Annotated[int, Meta(ge=0)] | None = None
     sampling: Sampling | None = None
     source_file: str | None = None
+    known_phases: KnownPhasesSchema | None = None
 
 
 def validate(meta: Any, columns, where: str) -> dict[str, Any]:
@@ -248,6 +282,20 @@ def _inconsistency(t: TraceSchema) -> tuple[str, str] | None:
             return name, f"the start ({pair[0]}) must be below the end ({pair[1]})"
     if h.ip_bins & (h.ip_bins - 1):
         return "histograms.ip_bins", f"{h.ip_bins} is not a power of two"
+    for i, p in enumerate(t.known_phases.phases if t.known_phases else ()):
+        problem = _known_phase_problem(p)
+        if problem:
+            return f"known_phases.phases.{i}", problem
+    return None
+
+
+def _known_phase_problem(p: KnownPhaseSchema) -> str | None:
+    if len(p.index) != len(p.value):
+        return f"{len(p.index)} indices but {len(p.value)} values"
+    if p.index and max(p.index) >= p.width:
+        return f"index {max(p.index)} is beyond the width {p.width}"
+    if len(p.members) != len(p.mean_samples):
+        return f"{len(p.members)} member counts but {len(p.mean_samples)} mean samples"
     return None
 
 

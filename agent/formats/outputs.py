@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import socket
 import stat
 import tempfile
 import time
@@ -44,17 +45,42 @@ class Recording(str):
     """A path that names a recording (a trace): as an input or an output of
     :func:`check_outputs` it stands for the trace and its side tables."""
 
+    SUFFIXES = RECORDING_SUFFIXES
+    KIND = "recording"
+
+
+class Database(str):
+    """A path that names a SQLite database (the phase catalogue): it stands
+    for the database and the journals SQLite keeps beside it, which it
+    reads back and deletes (an output there is lost, or read as the journal)."""
+
+    SUFFIXES = ("-wal", "-shm", "-journal")
+    KIND = "database"
+
 
 def files_of(path: str) -> list[tuple[str, str | None]]:
-    """The files ``path`` stands for, each with the recording it is a side
-    table of (None for ``path`` itself).  A side table is looked for beside
-    the name given and beside the file a link names, so both are listed."""
+    """The files ``path`` stands for, each with the recording (or database)
+    it is a side table of (None for ``path`` itself).  A side table is looked
+    for beside the name given and beside the file a link names, so both are
+    listed."""
     files = [(str(path), None)]
-    if isinstance(path, Recording):
-        tables = {os.path.realpath(trace + suffix): trace + suffix
-                  for trace in (str(path), os.path.realpath(path)) for suffix in RECORDING_SUFFIXES}
-        files += [(table, str(path)) for table in tables.values()]
+    if isinstance(path, (Recording, Database)):
+        tables = {os.path.realpath(whole + suffix): whole + suffix
+                  for whole in (str(path), os.path.realpath(path)) for suffix in path.SUFFIXES}
+        files += [(table, path) for table in tables.values()]
     return files
+
+
+def check_folder(folder: str, outputs: Iterable[str | None] = (),
+                 inputs: Iterable[str | None] = ()) -> None:
+    """Refuse, before it is made, a folder for outputs (a report's) where an
+    input, an output or a side table of either is."""
+    for other, other_table_of in (f for p in inputs if p for f in files_of(p)):
+        if _same_file(folder, other):
+            raise UserError(_is_input(folder, other, None, other_table_of))
+    for other, other_table_of in (f for p in outputs if p for f in files_of(p)):
+        if _same_file(folder, other):
+            raise UserError(_is_output(folder, other, None, other_table_of))
 
 
 def check_outputs(outputs: Iterable[str | None], inputs: Iterable[str | None] = ()) -> None:
@@ -80,7 +106,7 @@ def check_outputs(outputs: Iterable[str | None], inputs: Iterable[str | None] = 
 def _is_input(file: str, other: str, table_of: str | None, other_table_of: str | None) -> str:
     if other_table_of is not None:
         return (f"{file}: is the side table of the input {other_table_of}; writing it would "
-                f"break that recording: give another output name")
+                f"break that {other_table_of.KIND}: give another output name")
     if table_of is not None:
         return (f"{table_of}: its side table {file} would overwrite the input {other}: "
                 f"give the recording another name")
@@ -111,6 +137,24 @@ def check_ipc_endpoint(endpoint: str, option: str) -> None:
     if not stat.S_ISSOCK(st.st_mode):
         raise UserError(f"{option} {endpoint}: {path} exists and is not a socket, and binding "
                         f"would delete it: give another path")
+    if _listening(path):
+        raise UserError(f"{option} {endpoint}: another process is serving on {path} (a "
+                        f"daemon or proxy still running), and binding would take it over: "
+                        f"stop it first, or give another path")
+
+
+def _listening(path: str) -> bool:
+    """Whether a process accepts connections on the Unix socket at ``path``
+    (one left behind by a process that ended refuses them)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
 
 
 def _same_file(a: str, b: str) -> bool:

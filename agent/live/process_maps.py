@@ -115,7 +115,7 @@ class ProcessMappings(Sink):
         self.known_of: dict[int | None, set[tuple]] = {}
         self.row_count = 0
         #: Processes ended (their EXIT record): pid -> the record's time.
-        self.ended: OrderedDict[int, int] = OrderedDict()
+        self.ended_at: OrderedDict[int, int] = OrderedDict()
         self.exited = 0
         self.max_processes = max_processes
         #: Processes whose rows changed since the code map was last built
@@ -188,7 +188,7 @@ class ProcessMappings(Sink):
                 self._now(r.pid, row)
                 new.append(row)
             elif isinstance(r, TaskRecord) and r.kind == "fork" and r.pid != r.ppid:
-                if r.pid in self.ended:     # the ended one's rows, kept so far, go first
+                if r.pid in self.ended_at:     # the ended one's rows, kept so far, go first
                     self._add(new)
                     new = []
                 new += self._forked(r)
@@ -196,8 +196,8 @@ class ProcessMappings(Sink):
                 self.current.pop(r.pid, None)     # its address space was replaced
             elif isinstance(r, TaskRecord) and r.kind == "exit" and r.pid == r.tid:
                 self.current.pop(r.pid, None)
-                self.ended[r.pid] = int(r.t_ns)
-                self.ended.move_to_end(r.pid)
+                self.ended_at[r.pid] = int(r.t_ns)
+                self.ended_at.move_to_end(r.pid)
                 self.exited += 1
         if self.tree is not None:
             self.tree.learn_records(records)
@@ -217,7 +217,7 @@ class ProcessMappings(Sink):
             wanted = sampled & self.rows_of.keys()
             if None not in self.stale and wanted <= self.mapped and self.stale.isdisjoint(sampled):
                 return False
-            wanted |= self.rows_of.keys() - self.ended.keys()
+            wanted |= self.rows_of.keys() - self.ended_at.keys()
         self.mapped = wanted
         # still to build in: the rows of ended processes not sampled since
         self.stale = {pid for pid in self.stale if pid in self.rows_of and pid not in wanted}
@@ -262,25 +262,25 @@ class ProcessMappings(Sink):
         batch's."""
         first, last = t_first - EXIT_GRACE_NS, t_last - EXIT_GRACE_NS
         sampled = set() if pids is None else set(distinct(np.asarray(pids)).tolist())
-        for pid, ended in list(self.ended.items()):
+        for pid, ended in list(self.ended_at.items()):
             if ended >= last:
                 break
             if ended < first or (pids is not None and pid not in sampled):
-                del self.ended[pid]
+                del self.ended_at[pid]
                 self._drop(pid)
 
     def _bound(self) -> None:
         """At most ``max_processes`` processes' rows (and ended ones waiting):
         past it, those heard of least recently go (an EXIT record lost, or
         a tree that large)."""
-        while len(self.ended) > self.max_processes:
-            self._drop(self.ended.popitem(last=False)[0])
+        while len(self.ended_at) > self.max_processes:
+            self._drop(self.ended_at.popitem(last=False)[0])
         while len(self.rows_of) > self.max_processes:
             pid = next(iter(self.rows_of))
             if pid == self.pid:
                 self.rows_of.move_to_end(pid)
                 pid = next(iter(self.rows_of))
-            self.ended.pop(pid, None)
+            self.ended_at.pop(pid, None)
             self._drop(pid)
 
     def _drop(self, pid: int) -> None:
@@ -307,7 +307,7 @@ class ProcessMappings(Sink):
     def _forked(self, r: TaskRecord) -> list[dict]:
         """A new process's rows: its parent's, from the fork.  An ended
         process's number taken again: its rows go now."""
-        if self.ended.pop(r.pid, None) is not None:
+        if self.ended_at.pop(r.pid, None) is not None:
             self._drop(r.pid)
         copies = [{**row, "pid": r.pid, "t_ns": self._from(r.t_ns)}
                   for row in self.current.get(r.ppid, ())]

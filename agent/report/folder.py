@@ -10,7 +10,7 @@ from ..console import escaped
 from ..core.pipeline import Intervals
 from ..core.source import Sink
 from ..errors import UserError
-from ..formats.outputs import check_outputs, write_all_or_none
+from ..formats.outputs import check_folder, check_outputs, write_all_or_none
 from ..formats.results import PhaseSummary
 from ..live.phase_functions import PhaseFunctions
 from .figure import PhaseFigure
@@ -33,6 +33,7 @@ def write_report(out_dir: str, figure: PhaseFigure, title: str, notes: list[str]
     ``out_dir``, all complete or none at all."""
     from .page import page, plotly_script
     from .png import write_png
+    check_folder(out_dir, inputs=inputs)
     check_report_dir(out_dir)
     # A page and a PNG are UTF-8 text to their readers: names' stray bytes shown as \xNN.
     title, notes = escaped(title), [escaped(note) for note in notes]

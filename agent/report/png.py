@@ -7,7 +7,13 @@ ground-truth band.  Its size is fixed by ``WIDTH_PX`` and the number of rows.
 
 from __future__ import annotations
 
-import matplotlib
+import logging
+
+# Without a writable home (a system user), Matplotlib warns in two lines at
+# import that it made its config folder in /tmp: nothing for the user to do.
+logging.getLogger("matplotlib").setLevel(logging.ERROR)
+
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 
