@@ -98,30 +98,37 @@ def test_the_median_error_is_its_bin_s_middle_and_capped():
 
 
 def test_a_long_run_across_blocks_keeps_a_bounded_share_of_its_predictions():
-    """A run of 10,000 intervals in blocks of 100, every remaining length said
-    exactly: at 4,100 (the first block end past PENDING) every second is
-    kept (2,050), at 8,200 every fourth (2,050 again), and 450 more to
-    10,000: 2,500 scored when it ends, each with error 0."""
+    """A run of 10,000 intervals in blocks of 100: at 4,100 (the first block
+    end past PENDING) every second prediction is kept (2,050: the 2nd, 4th,
+    ...), at 8,200 every fourth (2,050 again), and 450 more to 10,000: 2,500
+    scored when it ends.  Said exactly at every fourth interval of the run and
+    10 too many elsewhere, every one kept is exact."""
     assert PENDING == 4096
     length = 10_000
     phases = np.r_[np.zeros(length, np.int64), [1]]
-    truth = exact_remaining(phases)
+    position = np.arange(1, len(phases) + 1)
+    said = exact_remaining(phases) + np.where(position % 4 == 0, 0, 10)
     score = PredictionScore()
     for lo in range(0, len(phases), 100):
         hi = min(lo + 100, len(phases))
-        score.add(phases[lo:hi], predictions(phases[lo:hi], np.ones(hi - lo), truth[lo:hi]))
+        score.add(phases[lo:hi], predictions(phases[lo:hi], np.ones(hi - lo), said[lo:hi]))
     assert score.summary()["remaining_scored"] == 2_500
+    assert score.errors[0] == 2_500
     assert score.median_remaining_error == pytest.approx(0.001)
 
 
 def test_a_long_run_inside_one_block_keeps_every_second_prediction():
     """A run of 5,000 wholly inside a block (PENDING or longer): every second
-    of its predictions is scored (2,500), besides the one-interval run before."""
+    of its predictions is scored (2,500: the 2nd, 4th, ... of the run),
+    besides the one-interval run before.  Said exactly there and 10 too many
+    at the run's odd places, every one kept is exact."""
     phases = np.r_[[1], np.zeros(5_000, np.int64), [1]]
-    truth = exact_remaining(phases)
+    place = np.arange(len(phases))             # in the run of 0, from 1
+    said = exact_remaining(phases) + np.where((place % 2 == 1) & (phases == 0), 10, 0)
     score = PredictionScore()
-    score.add(phases, predictions(phases, np.ones(len(phases)), truth))
+    score.add(phases, predictions(phases, np.ones(len(phases)), said))
     assert score.summary()["remaining_scored"] == 1 + 2_500
+    assert score.errors[0] == 1 + 2_500
     assert score.median_remaining_error == pytest.approx(0.001)
 
 
@@ -144,3 +151,18 @@ def test_a_wrong_long_run_scores_its_kept_predictions_against_their_own_position
     assert score.median_remaining_error == pytest.approx(0.001)
     # and the largest: p = 6,000, left 0, error 1.0 in bin 500
     assert score.errors[500] == 1 and score.errors[501:].sum() == 0
+
+
+@pytest.mark.parametrize("block", [PENDING + 2, PENDING])
+def test_a_run_of_exactly_pending_intervals_is_thinned(block):
+    """A run of exactly PENDING intervals keeps every second prediction,
+    whether it ends inside a block (blocks of PENDING + 2) or its block ends
+    with it, PENDING pending (blocks of PENDING)."""
+    phases = np.r_[[1], np.zeros(PENDING, np.int64), [1]]
+    truth = exact_remaining(phases)
+    score = PredictionScore()
+    for lo in range(0, len(phases), block):
+        hi = min(lo + block, len(phases))
+        score.add(phases[lo:hi], predictions(phases[lo:hi], np.ones(hi - lo), truth[lo:hi]))
+    ones_before = 1
+    assert score.summary()["remaining_scored"] == ones_before + PENDING // 2
