@@ -127,7 +127,8 @@ def environment() -> dict[str, str]:
     # there would go unseen; compiling afresh for every mutant takes longer
     # than the tests.
     env = dict(os.environ, PYTHONPATH=str(TREE / ".import"), PYTHONDONTWRITEBYTECODE="1",
-               NUMBA_DISABLE_JIT="1", OPENBLAS_NUM_THREADS="1", PATH=f"{BIN}:{os.environ.get('PATH', '')}")
+               NUMBA_DISABLE_JIT="1", OPENBLAS_NUM_THREADS="1",
+               PHASEWATCH_HYPOTHESIS_PROFILE="mutants", PATH=f"{BIN}:{os.environ.get('PATH', '')}")
     env.pop("PHASEWATCH_KERNELS", None)
     return env
 
