@@ -580,6 +580,9 @@ def report(modules: list[str]) -> str:
         options = kernel_options(module)
         score = f"{100 * killed / done:.1f} %" if done else "-"
         whole = f"{100 * killed / total:.1f} %" if total else "-"
+        if not made_from_this_source(module):   # it names places the module no longer has
+            lines.append(f"| agent/{module} | made from older source: run it again | | | | |")
+            continue
         lines.append(f"| agent/{module} | {killed} / {done} | {done} / {total} | {score} "
                      f"| {whole} | {options} |")
         survivors += [f"- agent/{module}:{s}" for s in left]
