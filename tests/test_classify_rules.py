@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from phasewatch.core.classify import (CANDIDATE, FREE, PHASE, ClassifierState, KnownPhase,
+                                      classify, classify_reference,
                                       _low_slot, _merge_into, _oldest, cpi_out_of_tolerance,
                                       detector_settings, initial_threshold, run_tolerance)
 from phasewatch.core.params import DetectorParams
@@ -153,3 +154,48 @@ def test_known_phases_by_id():
     assert [p.id for p in state.known({9, 4})] == [4, 9]
     assert state.known(set()) == []
     assert state.next_id == 10
+
+
+def test_seeding_is_refused_after_an_interval_or_a_first_seeding():
+    state = ClassifierState(8, 2, DetectorParams(), capacity=2)
+    state.seed([known(1)], next_id=0)
+    with pytest.raises(ValueError, match="before the first interval"):
+        state.seed([known(2)], next_id=0)
+    state = ClassifierState(8, 2, DetectorParams(), capacity=2)
+    classify(np.array([dyadic(1.0)]), np.full((1, 2), 30), np.array([0, 4, 8]), KINDS2,
+             np.array([True, True]), state)
+    with pytest.raises(ValueError, match="before the first interval"):
+        state.seed([known(2)], next_id=0)
+
+
+KINDS2 = np.array([0, 0], np.int64)      # two value segments
+
+
+def dyadic(*weights):
+    x = np.zeros(8)
+    x[:len(weights)] = weights
+    return x
+
+
+def test_a_slot_holding_no_phase_has_id_minus_one():
+    # a phase, then an interval unlike it: a candidate waits in the next slot
+    a, b = dyadic(1.0), dyadic(0, 0, 0, 1.0)
+    state = ClassifierState(8, 2, DetectorParams(threshold=0.2), capacity=4)
+    classify(np.array([a, a, b]), np.full((3, 2), 30), np.array([0, 4, 8]), KINDS2,
+             np.array([True, False]), state)
+    assert state.ids.tolist() == [0, -1]
+
+
+@pytest.mark.parametrize("probation", [True, False])
+def test_a_distance_equal_to_the_threshold_is_within_it(probation):
+    # voltage segment alone, 4 ordered bins: the cumulative differences of a
+    # against b are 1/2, 1/2, 1/2, 0, over 3: exactly 1/2
+    a, b = dyadic(1.0), dyadic(0.5, 0, 0, 0.5)
+    prof = np.array([a, a, b, b, a])
+    counts = np.full((5, 2), 30)
+    params = DetectorParams(threshold=0.5, probation=probation)
+    used = np.array([True, False])
+    got = classify(prof, counts, np.array([0, 4, 8]), KINDS2, used, ClassifierState(8, 2, params))
+    want = classify_reference(prof, counts, np.array([0, 4, 8]), KINDS2, used, params)
+    assert got.phase.tolist() == want.phase.tolist() == [0, 0, 0, 0, 0]
+    assert got.distance[2] == want.distance[2] == 0.5
