@@ -206,7 +206,7 @@ def map_file(module: str, build: Path = BUILD) -> Path:
 
 def map_digest(module: str) -> str:
     """What a module's line map depends on: the module, its test files, the fixtures."""
-    digest = hashlib.sha256((ROOT / "agent" / module).read_bytes())
+    digest = hashlib.sha256(b"map 2\0" + (ROOT / "agent" / module).read_bytes())
     for name in ["conftest.py", *TESTS[module]]:
         digest.update((ROOT / "tests" / name).read_bytes())
     return digest.hexdigest()
@@ -246,14 +246,16 @@ def line_map(module: str, env: dict[str, str]) -> float:
     files = [f for f in measured.measured_files() if f.endswith("/" + module)]
     assert len(files) == 1, f"coverage measured {files} for {module}"
     by_line = measured.contexts_by_lineno(files[0])
-    tests = sorted({c.rpartition("|")[0] for cs in by_line.values() for c in cs if c},
+    # every test that ran: one that runs no line of the module may still read
+    # what its import made (a constant, a table)
+    tests = sorted(set(seconds) | {c.rpartition("|")[0] for cs in by_line.values() for c in cs if c},
                    key=lambda t: (seconds.get(t, 0.0), t))
     index = {t: i for i, t in enumerate(tests)}
     every = list(range(len(tests)))
     lines = {}
     for line, contexts in by_line.items():
-        # a line run outside any test ran at import or collection: everything
-        # that runs the module may see it
+        # a line run outside any test ran at import or collection: every test
+        # may see it
         lines[line] = every if "" in contexts else sorted(
             {index[c.rpartition("|")[0]] for c in contexts})
     listed = subprocess.run([str(BIN / "python"), "-m", "pytest", "--collect-only", "-q",
