@@ -117,3 +117,42 @@ def test_the_build_forgets_numbas_cache_of_the_package(tmp_path):
     forget_jit_cache(tmp_path)
     assert not any(p.exists() for p in stale)
     assert all(p.exists() for p in kept)
+
+
+def test_the_cpu_flags_are_the_first_cpus(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu sse4_2 avx2\n\n"
+                       "processor\t: 1\nflags\t\t: fpu\n")
+    assert kernels.cpu_flags(str(cpuinfo)) == {"fpu", "sse4_2", "avx2"}
+    cpuinfo.write_text("processor\t: 0\nFeatures\t: fp asimd\n")      # no flags line
+    assert kernels.cpu_flags(str(cpuinfo)) == frozenset()
+    assert kernels.cpu_flags(str(tmp_path / "none")) == frozenset()
+
+
+def test_keys_of_what_numba_types_by_class_and_the_numpy_flags():
+    # numpy's flag bits: C-contiguous 0x1, F-contiguous 0x2, writeable 0x400
+    a = np.zeros((2, 3))
+    assert kernels.call_key([a, a.T, a[:, ::2], a[0]]) == (
+        ("d", 2, 0x401), ("d", 2, 0x402), ("d", 2, 0x400), ("d", 1, 0x401))
+    a.flags.writeable = False
+    assert kernels.call_key([a]) == (("d", 2, 0x1),)
+    assert kernels.call_key([True, 3, 2.5, np.float32(1), np.int16(2), "s", None]) == (
+        "bool", "int64", "float64", "float32", "int16", repr(str), repr(type(None)))
+
+
+def test_recorded_calls_are_the_argument_types_and_take_the_jit(monkeypatch):
+    monkeypatch.setattr(kernels, "_recording", False)
+    monkeypatch.setattr(kernels, "_entries", None)
+    monkeypatch.setattr(histograms.value_bins, "seen", set())
+    kernels.record_calls()
+    try:
+        assert kernels.status() == "just-in-time: recording calls for the ahead-of-time build"
+        out = np.empty(3, np.int32)
+        histograms.value_bins(np.array([0.5, 1.5, 9.0]), 0.0, 2.0, 2, out)
+        assert out.tolist() == [0, 1, 1]
+        (types,) = histograms.value_bins.seen
+        assert [str(t) for t in types] == ["array(float64, 1d, C)", "float64", "float64",
+                                           "int64", "array(int32, 1d, C)"]
+    finally:
+        for k in kernels.REGISTRY.values():
+            k._aot = None
