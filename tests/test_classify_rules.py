@@ -199,3 +199,43 @@ def test_a_distance_equal_to_the_threshold_is_within_it(probation):
     want = classify_reference(prof, counts, np.array([0, 4, 8]), KINDS2, used, params)
     assert got.phase.tolist() == want.phase.tolist() == [0, 0, 0, 0, 0]
     assert got.distance[2] == want.distance[2] == 0.5
+
+
+def test_the_three_statuses_are_told_apart():
+    from phasewatch.core.classify import MATCHED, NO_DATA, TENTATIVE
+    assert len({MATCHED, NO_DATA, TENTATIVE}) == 3
+
+
+def across_calls(threshold, *calls):
+    """classify() over each call's intervals in turn on one state: the
+    statuses and, after each call, ``relabel``."""
+    state = ClassifierState(8, 2, DetectorParams(threshold=threshold), capacity=4)
+    statuses, relabels = [], []
+    for prof in calls:
+        got = classify(np.array(prof), np.full((len(prof), 2), 30), np.array([0, 4, 8]), KINDS2,
+                       np.array([True, False]), state)
+        statuses.append(got.status.tolist())
+        relabels.append(state.relabel)
+    return statuses, relabels
+
+
+def test_relabel_names_the_phase_the_last_call_left_tentative_and_is_minus_one_otherwise():
+    from phasewatch.core.classify import MATCHED, TENTATIVE
+    # 4 ordered bins: a against b 3/3 = 1; c against b (1/2 + 1/2)/3 = 1/3,
+    # c against a (1 + 1/2 + 1/2)/3 = 2/3
+    a, b, c = dyadic(1.0), dyadic(0, 0, 0, 1.0), dyadic(0, 0.5, 0, 0.5)
+    statuses, relabels = across_calls(0.4, [a, a, b], [c], [c], [a])
+    assert statuses == [[MATCHED, MATCHED, TENTATIVE], [MATCHED], [MATCHED], [MATCHED]]
+    assert relabels == [-1, 1, -1, -1]
+
+
+@pytest.mark.parametrize("probation", [True, False])
+def test_a_distance_to_a_candidate_equal_to_the_threshold_is_within_it(probation):
+    a, b, c = dyadic(1.0), dyadic(0, 0, 0, 1.0), dyadic(0, 0.5, 0, 0.5)
+    prof, counts = np.array([a, a, b, c]), np.full((4, 2), 30)
+    params = DetectorParams(threshold=1 / 3, probation=probation)
+    used = np.array([True, False])
+    got = classify(prof, counts, np.array([0, 4, 8]), KINDS2, used, ClassifierState(8, 2, params))
+    want = classify_reference(prof, counts, np.array([0, 4, 8]), KINDS2, used, params)
+    assert got.phase.tolist() == want.phase.tolist() == [0, 0, 1, 1]
+    assert got.new_phase.tolist() == want.new_phase.tolist() == [True, False, True, False]
