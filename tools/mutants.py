@@ -341,6 +341,8 @@ def test_mutant(module: str, build: Path) -> int:
         kills[failed] = kills.get(failed, 0) + 1
         kills_file.write_text(json.dumps(kills))
     if status in (4, 5):        # a usage error, no tests collected
+        if "ERROR collecting" in output:   # the mutant broke an import: a kill
+            return 1
         # not the mutant's doing (the ids were checked when mapped): no kill
         print(f"mutants: pytest could not run the tests (status {status})")
         return 0
