@@ -239,3 +239,27 @@ def test_a_distance_to_a_candidate_equal_to_the_threshold_is_within_it(probation
     want = classify_reference(prof, counts, np.array([0, 4, 8]), KINDS2, used, params)
     assert got.phase.tolist() == want.phase.tolist() == [0, 0, 1, 1]
     assert got.new_phase.tolist() == want.new_phase.tolist() == [True, False, True, False]
+
+
+def twins(cpi_n, log_cpi, tol, distance_share=1.0):
+    """Phase 0 (whose twin is sought) and phase 1, the same profile, with
+    phase 1's CPI as given; returns _twin's answer."""
+    from phasewatch.core.classify import _twin
+    centroids, members, mean_samples, slots, cpi = table(2)
+    centroids[:, 0] = 1.0
+    members[:] = 4
+    mean_samples[:] = 30.0
+    slots[0] = [0, 1, PHASE, 0, 4]                       # no CPI known
+    slots[1] = [1, 2, PHASE, cpi_n, 4]
+    cpi[1] = [log_cpi, log_cpi, 0.0]
+    counters = np.zeros(9, np.int64)
+    counters[4] = 2                                      # slots in use
+    settings = detector_settings(DetectorParams(merge_share=distance_share))
+    return _twin(0, 0.1, settings, centroids, members, mean_samples, slots, cpi, counters,
+                 np.array([0, 2, 4]), KINDS2, np.array([True, False]), tol)
+
+
+def test_a_phase_without_a_known_cpi_merges_whatever_the_others_cpi():
+    assert twins(cpi_n=3, log_cpi=1.0, tol=0.05) == 1
+    assert twins(cpi_n=0, log_cpi=0.0, tol=0.05) == 1
+    assert twins(cpi_n=3, log_cpi=1.0, tol=0.0) == 1
