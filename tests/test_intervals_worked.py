@@ -46,3 +46,15 @@ def test_the_open_interval_and_each_segments_histogram():
 def test_nothing_open_is_no_interval():
     acc = IntervalAccumulator(IntervalParams(instructions=1000), HistogramParams())
     assert len(acc.pending()) == 0
+
+
+def test_time_intervals_end_at_the_first_sample_past_each_mark_from_the_first_sample():
+    acc = IntervalAccumulator(IntervalParams(kind="time", ns=100), HistogramParams())
+    t = np.array([1000, 1050, 1100, 1149, 1150, 1310, 1400], np.int64)
+    values = np.full((len(F), len(t)), np.nan)
+    values[F["voltage_mv"]] = 1000.0
+    values[F["d_instructions"]] = values[F["d_cycles"]] = 0.0
+    done = acc.feed(t, None, values)
+    # marks at 1100, 1200 (the next after 1100), 1400 (the next after 1310)
+    assert done.t_end_ns.tolist() == [1100, 1310, 1400]
+    assert done.samples.tolist() == [3, 3, 1]
