@@ -7,12 +7,14 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
-from phasewatch.core.classify import (CANDIDATE, FREE, PHASE, ClassifierState, KnownPhase,
+from phasewatch.core.classify import (CANDIDATE, FREE, MATCHED, PHASE, ClassifierState, KnownPhase,
                                       classify, classify_reference,
                                       _low_slot, _merge_into, _oldest, cpi_out_of_tolerance,
                                       detector_settings, initial_threshold, run_tolerance)
 from phasewatch.core.params import DetectorParams
+from test_classify import BOUNDS, SEGMENT_KINDS, random_profiles
 
 # slot columns: id, interval last used, kind, members with a known CPI, joins
 ID, USED_AT, KIND, CPI_N, JOINS = range(5)
@@ -263,3 +265,42 @@ def test_a_phase_without_a_known_cpi_merges_whatever_the_others_cpi():
     assert twins(cpi_n=3, log_cpi=1.0, tol=0.05) == 1
     assert twins(cpi_n=0, log_cpi=0.0, tol=0.05) == 1
     assert twins(cpi_n=3, log_cpi=1.0, tol=0.0) == 1
+
+
+@settings(max_examples=60)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 150), st.floats(0.05, 0.5), st.booleans(),
+       st.sampled_from([1, 2, 3, 256]), st.booleans(), st.sampled_from([1, 4, 16]),
+       st.sampled_from([0.0, 0.02, 0.1, 0.5]), st.sampled_from([0.0, 0.5, 1.0]),
+       st.sampled_from([0.005, 0.05]), st.sampled_from([0.5, 1.0, 1.5]),
+       st.lists(st.integers(1, 40), max_size=4))
+def test_the_kernel_in_pieces_matches_the_reference_with_cpi_and_every_rule(
+        seed, n, threshold, adaptive, max_phases, probation, memory, tolerance, run_share,
+        floor, merge, cuts):
+    """The reference over all intervals at once against the kernel over them
+    in pieces (a tentative interval at the end of a piece takes the phase the
+    next piece's ``relabel`` names, as the pipeline does), the CPI band, its
+    fit to the run and merging of twins on."""
+    rng = np.random.default_rng(seed)
+    prof, counts, pick = random_profiles(rng, n, centres=3)
+    log_cpi = np.array([-0.5, 0.0, 0.4])[pick] + rng.normal(0, 0.02, n)
+    log_cpi[rng.random(n) < 0.2] = np.nan
+    params = DetectorParams(threshold=threshold, adaptive=adaptive, max_phases=max_phases,
+                            probation=probation, memory=memory, cpi_run_share=run_share,
+                            cpi_floor=floor, merge_share=merge)
+    used = np.array([True, True, True])
+    want = classify_reference(prof, counts, BOUNDS, SEGMENT_KINDS, used, params, log_cpi,
+                              tolerance)
+    state = ClassifierState(32, 3, params, capacity=2)
+    edges = sorted({0, n, *(c % n for c in cuts)})
+    phase, new, status = [], [], []
+    for a, b in zip(edges, edges[1:]):
+        got = classify(prof[a:b], counts[a:b], BOUNDS, SEGMENT_KINDS, used, state, log_cpi[a:b],
+                       tolerance)
+        if state.relabel >= 0:
+            phase[-1], new[-1], status[-1] = state.relabel, True, MATCHED
+        phase += got.phase.tolist()
+        new += got.new_phase.tolist()
+        status += got.status.tolist()
+    assert phase == want.phase.tolist()
+    assert new == want.new_phase.tolist()
+    assert status == want.status.tolist()
