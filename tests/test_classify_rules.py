@@ -304,3 +304,19 @@ def test_the_kernel_in_pieces_matches_the_reference_with_cpi_and_every_rule(
     assert phase == want.phase.tolist()
     assert new == want.new_phase.tolist()
     assert status == want.status.tolist()
+
+
+def test_phases_opened_count_only_this_runs():
+    a, b = dyadic(1.0), dyadic(0, 0, 0, 1.0)
+    state = ClassifierState(8, 2, DetectorParams(threshold=0.2), capacity=4)
+    state.seed([known(4)], next_id=10)           # known(4): a profile unlike a and b
+    classify(np.array([a, a, b, b]), np.full((4, 2), 30), np.array([0, 4, 8]), KINDS2,
+             np.array([True, False]), state)
+    assert state.ids.tolist() == [4, 10, 11] and state.n_phases == 2
+
+
+def test_the_table_holds_the_live_phases_and_eight_candidates_at_most():
+    """docs/detectors.md: at most max_phases live, and at most 8 candidates wait."""
+    for max_phases in (1, 2, 256):
+        state = ClassifierState(8, 2, DetectorParams(max_phases=max_phases), capacity=10_000)
+        assert len(state.centroids) == state.limit == max_phases + 8
