@@ -156,3 +156,37 @@ def test_recorded_calls_are_the_argument_types_and_take_the_jit(monkeypatch):
     finally:
         for k in kernels.REGISTRY.values():
             k._aot = None
+
+
+def test_a_call_takes_the_compiled_entry_of_its_argument_types_else_the_jit(monkeypatch):
+    calls = []
+
+    def compiled(values, lo, hi, nbins, out):
+        calls.append(len(values))
+        out[:] = 7
+    key = kernels.call_key([np.zeros(2), 0.0, 1.0, 2, np.zeros(2, np.int32)])
+    monkeypatch.setattr(kernels, "aot_entries", lambda: {
+        "phasewatch.core.histograms.value_bins": [([list(k) if isinstance(k, tuple) else k
+                                                    for k in key], compiled)]})
+    monkeypatch.setattr(histograms.value_bins, "_aot", None)
+    out = np.empty(2, np.int32)
+    histograms.value_bins(np.array([0.2, 0.7]), 0.0, 1.0, 2, out)   # the compiled entry
+    assert calls == [2] and out.tolist() == [7, 7]
+    histograms.value_bins(np.array([0.2, 0.7]), 0.0, 1.0, 2, out)   # kept, not loaded again
+    assert calls == [2, 2]
+    small = np.empty(2, np.int16)                                   # other types: the JIT
+    histograms.value_bins(np.array([0.2, 0.7]), 0.0, 1.0, 2, small)
+    assert calls == [2, 2] and small.tolist() == [0, 1]
+    monkeypatch.setenv("PHASEWATCH_KERNELS", "aot")
+    with pytest.raises(RuntimeError, match="no ahead-of-time entry"):
+        histograms.value_bins(np.array([0.2, 0.7]), 0.0, 1.0, 2, small)
+
+
+def test_flags_exactly_a_levels_are_that_level():
+    for level, needs in kernels.CPU_LEVELS.items():
+        assert kernels.cpu_level(frozenset(needs)) == level
+
+
+def test_the_source_hash_covers_the_sources():
+    import hashlib
+    assert kernels.source_hash() != hashlib.sha256().hexdigest()
