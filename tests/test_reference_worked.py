@@ -120,3 +120,13 @@ def test_each_intervals_cpi_where_both_are_counted():
     decoded[F["d_cycles"]] = [100, 100, 20, 10, 0, 0]
     got = reference.interval_cpi(decoded, np.array([1, 3, 5]))
     assert math.isclose(got[0], math.log(2.0)) and math.isnan(got[1]) and math.isnan(got[2])
+
+
+def test_busy_shares_are_unknown_where_the_tsc_did_not_move():
+    b = batch(t_ns=[1, 2, 3], cpu=[0, 0, 0], mperf=[0, 50, 80], tsc=[0, 100, 100],
+              c3=[0, 10, 10])
+    got = reference.decode(b, 1000.0)
+    # row 1: 50 / 100 busy, 10 / 100 in C3, the rest (40) in C1; row 2: no TSC ticks
+    assert same(column("c0", got), [NAN, 0.5, NAN])
+    assert same(column("c3", got), [NAN, 0.1, NAN])
+    assert same(column("c1", got), [NAN, 0.4, NAN])
