@@ -320,3 +320,19 @@ def test_the_table_holds_the_live_phases_and_eight_candidates_at_most():
     for max_phases in (1, 2, 256):
         state = ClassifierState(8, 2, DetectorParams(max_phases=max_phases), capacity=10_000)
         assert len(state.centroids) == state.limit == max_phases + 8
+
+
+def test_a_candidate_confirmed_by_the_second_interval_of_a_call_takes_the_first_with_it():
+    from phasewatch.core.classify import MATCHED
+    a, b, c = dyadic(1.0), dyadic(0, 0, 0, 1.0), dyadic(0, 0.5, 0, 0.5)
+    statuses, relabels = across_calls(0.4, [a, a], [b, c])
+    assert statuses == [[MATCHED, MATCHED], [MATCHED, MATCHED]] and relabels == [-1, -1]
+
+
+def test_the_reference_gives_intervals_without_data_before_the_first_phase_minus_one():
+    a = dyadic(1.0)
+    prof = np.array([np.zeros(8), a, a])
+    counts = np.array([[0, 0], [30, 30], [30, 30]])
+    want = classify_reference(prof, counts, np.array([0, 4, 8]), KINDS2, np.array([True, False]),
+                              DetectorParams())
+    assert want.phase.tolist() == [-1, 0, 0]
