@@ -130,3 +130,14 @@ def test_busy_shares_are_unknown_where_the_tsc_did_not_move():
     assert same(column("c0", got), [NAN, 0.5, NAN])
     assert same(column("c3", got), [NAN, 0.1, NAN])
     assert same(column("c1", got), [NAN, 0.4, NAN])
+
+
+def test_the_plausible_bounds_themselves_are_kept():
+    b = batch(t_ns=[1, 2, 3, 4], cpu=[0, 0, 0, 0], aperf=[0, 2, 4, 6], mperf=[0, 1, 2, 3],
+              pperf=[0, 1, 2, 3], tsc=[0, 1, 2, 3], vcore_mv=[500, 1600, 499, 1601])
+    got = reference.decode(b, 5000.0, voltage_from_perf_status=False)
+    assert same(column("voltage_mv", got), [500.0, 1600.0, NAN, NAN])
+    # one tick of MPERF and of the TSC: 2 / 1 of 5000 MHz, 10 GHz itself
+    assert same(column("freq_mhz", got), [NAN, 10000.0, 10000.0, 10000.0])
+    assert same(column("pfreq_mhz", got), [NAN, 5000.0, 5000.0, 5000.0])
+    assert same(column("c0", got), [NAN, 1.0, 1.0, 1.0])
