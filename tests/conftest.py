@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 WORKLOADS = Path(__file__).parent / "workloads"
 
 # The first call of a numba kernel compiles it or loads it from the cache:
 # no per-example deadline.
 settings.register_profile("phasewatch", deadline=None)
-settings.load_profile("phasewatch")
+# Mutation runs (tools/mutants.py) want a failure, not the smallest one:
+# shrinking a mutant's failing example can take a minute.
+settings.register_profile("mutants", deadline=None,
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate])
+settings.load_profile(os.environ.get("PHASEWATCH_HYPOTHESIS_PROFILE", "phasewatch"))
 
 
 @pytest.fixture(autouse=True, scope="module")

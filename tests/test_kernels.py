@@ -131,3 +131,76 @@ def test_sources_as_built_are_known_by_their_stamps_and_else_by_their_hash(monke
     assert kernels._load()[0] != {} and hashed == [1]      # touched, same text: still taken
     (tmp_path / kernels.MANIFEST).write_text(json.dumps({**index, "sources": "0" * 64}))
     assert kernels._load()[0] != {} and hashed == [1]      # as built: not read at all
+
+
+def test_the_cpu_flags_are_the_first_cpus(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu sse4_2 avx2\n\n"
+                       "processor\t: 1\nflags\t\t: fpu\n")
+    assert kernels.cpu_flags(str(cpuinfo)) == {"fpu", "sse4_2", "avx2"}
+    cpuinfo.write_text("processor\t: 0\nFeatures\t: fp asimd\n")      # no flags line
+    assert kernels.cpu_flags(str(cpuinfo)) == frozenset()
+    assert kernels.cpu_flags(str(tmp_path / "none")) == frozenset()
+
+
+def test_keys_of_what_numba_types_by_class_and_the_numpy_flags():
+    # numpy's flag bits: C-contiguous 0x1, F-contiguous 0x2, writeable 0x400
+    a = np.zeros((2, 3))
+    assert kernels.call_key([a, a.T, a[:, ::2], a[0]]) == (
+        ("d", 2, 0x401), ("d", 2, 0x402), ("d", 2, 0x400), ("d", 1, 0x401))
+    a.flags.writeable = False
+    assert kernels.call_key([a]) == (("d", 2, 0x1),)
+    assert kernels.call_key([True, 3, 2.5, np.float32(1), np.int16(2), "s", None]) == (
+        "bool", "int64", "float64", "float32", "int16", repr(str), repr(type(None)))
+
+
+def test_recorded_calls_are_the_argument_types_and_take_the_jit(monkeypatch):
+    monkeypatch.setattr(kernels, "_recording", False)
+    monkeypatch.setattr(kernels, "_entries", None)
+    monkeypatch.setattr(histograms.value_bins, "seen", set())
+    kernels.record_calls()
+    try:
+        assert kernels.status() == "just-in-time: recording calls for the ahead-of-time build"
+        out = np.empty(3, np.int32)
+        histograms.value_bins(np.array([0.5, 1.5, 9.0]), 0.0, 2.0, 2, out)
+        assert out.tolist() == [0, 1, 1]
+        (types,) = histograms.value_bins.seen
+        assert [str(t) for t in types] == ["array(float64, 1d, C)", "float64", "float64",
+                                           "int64", "array(int32, 1d, C)"]
+    finally:
+        for k in kernels.REGISTRY.values():
+            k._aot = None
+
+
+def test_a_call_takes_the_compiled_entry_of_its_argument_types_else_the_jit(monkeypatch):
+    calls = []
+
+    def compiled(values, lo, hi, nbins, out):
+        calls.append(len(values))
+        out[:] = 7
+    key = kernels.call_key([np.zeros(2), 0.0, 1.0, 2, np.zeros(2, np.int32)])
+    monkeypatch.setattr(kernels, "aot_entries", lambda: {
+        "phasewatch.core.histograms.value_bins": [([list(k) if isinstance(k, tuple) else k
+                                                    for k in key], compiled)]})
+    monkeypatch.setattr(histograms.value_bins, "_aot", None)
+    out = np.empty(2, np.int32)
+    histograms.value_bins(np.array([0.2, 0.7]), 0.0, 1.0, 2, out)   # the compiled entry
+    assert calls == [2] and out.tolist() == [7, 7]
+    histograms.value_bins(np.array([0.2, 0.7]), 0.0, 1.0, 2, out)   # kept, not loaded again
+    assert calls == [2, 2]
+    small = np.empty(2, np.int16)                                   # other types: the JIT
+    histograms.value_bins(np.array([0.2, 0.7]), 0.0, 1.0, 2, small)
+    assert calls == [2, 2] and small.tolist() == [0, 1]
+    monkeypatch.setenv("PHASEWATCH_KERNELS", "aot")
+    with pytest.raises(RuntimeError, match="no ahead-of-time entry"):
+        histograms.value_bins(np.array([0.2, 0.7]), 0.0, 1.0, 2, small)
+
+
+def test_flags_exactly_a_levels_are_that_level():
+    for level, needs in kernels.CPU_LEVELS.items():
+        assert kernels.cpu_level(frozenset(needs)) == level
+
+
+def test_the_source_hash_covers_the_sources():
+    import hashlib
+    assert kernels.source_hash() != hashlib.sha256().hexdigest()

@@ -356,3 +356,12 @@ def test_a_first_short_run_scores_each_of_its_intervals_and_a_wrong_change_count
     summary = score.summary()
     assert summary["remaining_scored"] == 2
     assert (summary["changes"], summary["change_accuracy"]) == (1, 0.0)    # C said, B came
+
+
+def test_a_phase_never_seen_lasts_as_the_lower_median_of_the_streams_runs_as_long():
+    seq = runs((A, 2), (B, 5), (C, 8), (D, 2))
+    iv = intervals_of(seq)
+    iv.new_phase[len(seq) - 2] = True
+    PredictionTap().classified(Classified("", iv, iv.phase))
+    # the stream's runs 2, 5 and 8 all lasted 1 and 2: their median is 5
+    assert iv.prediction.remaining[-2:].tolist() == [5 - 1, 5 - 2]

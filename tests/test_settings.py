@@ -279,3 +279,39 @@ def test_the_default_profile_is_the_one_docs_detectors_md_describes():
     assert (h.voltage_bins, h.pfreq_bins, h.freq_bins, h.c0_bins, h.code_bins) == \
         (32, 64, 64, 20, 1024)
     assert (1 << h.code_region_bits, 1 << h.code_line_bits) == (16 * 1024, 64)
+
+
+def test_the_detectors_defaults_are_those_docs_detectors_md_gives():
+    """The rules' figures docs/detectors.md gives, read from it, against the
+    defaults: the centroid's memory, the live phases, the adaptive threshold,
+    the CPI band and twins merging within the threshold itself."""
+    from pathlib import Path
+
+    from phasewatch.core.params import DetectorParams
+    text = " ".join((Path(__file__).parents[1] / "docs" / "detectors.md").read_text().split())
+    for phrase in ("each new member weighing at least 1/16 (`DetectorParams.memory`)",
+                   "At most 256 phases are live (`DetectorParams.max_phases`)",
+                   "exponentially weighted mean plus four standard deviations",
+                   "kept within 0.05–0.5", "moving only after eight joins",
+                   "`--cpi-tolerance` (default 0.05,",
+                   "narrows to the standard deviation of the run's own log CPI",
+                   "down to 0.01:",
+                   "two whose centroids are within the threshold"):
+        assert phrase in text, phrase
+    d = DetectorParams()
+    assert (d.memory, d.max_phases) == (16, 256)
+    assert (d.adaptive_z, d.adaptive_min, d.adaptive_max, d.adaptive_warmup) == (4.0, 0.05, 0.5, 8)
+    assert (d.cpi_tolerance, d.cpi_run_share, d.cpi_floor) == (0.05, 1.0, 0.01)
+    assert d.merge_share == 1.0
+    assert d.probation and not d.adaptive
+
+
+def test_parameters_are_values_that_cannot_be_changed_and_can_be_keys():
+    import dataclasses
+
+    from phasewatch.core.params import DetectorParams, Params
+    for value in (Params(), IntervalParams(), HistogramParams(), DetectorParams()):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            value.kind = "changed"
+        assert {value: 1}[type(value)()] == 1
+

@@ -1,0 +1,120 @@
+"""``core.cpumodels``: which entry a CPU gets, against the model numbers of the
+Linux kernel's arch/x86/include/asm/intel-family.h and AMD's family numbers,
+and what each entry offers, against what the hardware and the docs say."""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import re
+
+import pytest
+
+from phasewatch.core import cpumodels
+from phasewatch.core.cpumodels import (AMD_PRE_ZEN, AMD_ZEN, INTEL_PRE_SKYLAKE, SKYLAKE,
+                                       UNKNOWN, VIRTUAL, by_key, lookup)
+
+#: Family 6 big cores from Skylake on, as intel-family.h (Linux 6.1) numbers them.
+SKYLAKE_AND_LATER = {
+    "SKYLAKE_L": 0x4E, "SKYLAKE": 0x5E, "SKYLAKE_X": 0x55, "KABYLAKE_L": 0x8E,
+    "KABYLAKE": 0x9E, "CANNONLAKE_L": 0x66, "ICELAKE": 0x7D, "ICELAKE_L": 0x7E,
+    "ICELAKE_X": 0x6A, "ICELAKE_D": 0x6C, "COMETLAKE": 0xA5, "COMETLAKE_L": 0xA6,
+    "TIGERLAKE_L": 0x8C, "TIGERLAKE": 0x8D, "ROCKETLAKE": 0xA7, "ALDERLAKE": 0x97,
+    "ALDERLAKE_L": 0x9A, "RAPTORLAKE": 0xB7, "RAPTORLAKE_P": 0xBA, "RAPTORLAKE_S": 0xBF,
+    "SAPPHIRERAPIDS_X": 0x8F, "METEORLAKE_L": 0xAA, "METEORLAKE": 0xAC,
+    "ARROWLAKE_H": 0xC5, "ARROWLAKE": 0xC6,
+}
+#: Family 6 big cores before Skylake (no PPERF).
+BEFORE_SKYLAKE = {
+    "NEHALEM": 0x1E, "WESTMERE": 0x25, "SANDYBRIDGE": 0x2A, "IVYBRIDGE": 0x3A,
+    "HASWELL": 0x3C, "HASWELL_X": 0x3F, "BROADWELL": 0x3D, "BROADWELL_X": 0x4F,
+    "BROADWELL_D": 0x56,
+}
+#: AMD families: Zen, Zen+ and Zen 2; Zen 3 and 4; Zen 5. Before: 15h, 16h.
+ZEN_FAMILIES, BEFORE_ZEN_FAMILIES = (0x17, 0x19, 0x1A), (0x10, 0x15, 0x16)
+
+
+def test_the_transcribed_model_numbers_are_the_kernels():
+    headers = glob.glob("/usr/src/linux-headers-*/arch/x86/include/asm/intel-family.h")
+    if not headers:
+        pytest.skip("no kernel headers to compare with (apt-get install linux-headers-amd64)")
+    text = open(headers[0]).read()
+    defined = {m[1]: int(m[2], 16)
+               for m in re.finditer(r"#define INTEL_FAM6_(\w+)\s+0x([0-9A-Fa-f]+)", text)}
+    for name, number in {**SKYLAKE_AND_LATER, **BEFORE_SKYLAKE}.items():
+        assert defined[name] == number, name
+
+
+@pytest.mark.parametrize("name", sorted(SKYLAKE_AND_LATER))
+def test_skylake_and_later_get_pperf(name):
+    entry = lookup("GenuineIntel", 6, SKYLAKE_AND_LATER[name])
+    assert entry.key == SKYLAKE.key and entry.has_pperf and "pperf" in entry.msr_columns
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE_SKYLAKE))
+def test_intel_before_skylake_has_aperf_mperf_but_no_pperf(name):
+    entry = lookup("GenuineIntel", 6, BEFORE_SKYLAKE[name])
+    assert entry.key == INTEL_PRE_SKYLAKE.key
+    assert entry.has_aperf_mperf and not entry.has_pperf and entry.has_cstate_residency
+    assert entry.voltage_source == "perf_status" and not entry.virtual
+
+
+def test_a_skylake_model_number_of_another_family_is_not_skylake():
+    assert lookup("GenuineIntel", 15, 0x4E).key == UNKNOWN.key
+    assert lookup("GenuineIntel", None, None).key == UNKNOWN.key
+
+
+@pytest.mark.parametrize("family", ZEN_FAMILIES)
+def test_zen_families(family):
+    entry = lookup("AuthenticAMD", family, 0x01)
+    assert entry.key == AMD_ZEN.key and entry.voltage_source == "hwmon"
+    assert entry.hwmon_voltage == ("k10temp", "Vcore")
+    assert entry.has_aperf_mperf and not entry.has_pperf and not entry.has_cstate_residency
+
+
+@pytest.mark.parametrize("family", BEFORE_ZEN_FAMILIES)
+def test_amd_before_zen_has_aperf_mperf_and_no_voltage(family):
+    entry = lookup("AuthenticAMD", family, 0x01)
+    assert entry.key == AMD_PRE_ZEN.key and entry.voltage_source == "none"
+    assert entry.has_aperf_mperf and not entry.has_pperf and not entry.has_cstate_residency
+
+
+def test_a_virtual_machine_offers_no_msr():
+    entry = lookup("GenuineIntel", 6, 0x5E, hypervisor=True)
+    assert entry.key == VIRTUAL.key and entry.virtual and entry.msr_columns == ()
+    assert not (entry.has_aperf_mperf or entry.has_pperf or entry.has_cstate_residency)
+    assert entry.voltage_source == "none"
+    assert not any(e.virtual for e in (SKYLAKE, INTEL_PRE_SKYLAKE, AMD_ZEN, AMD_PRE_ZEN, UNKNOWN))
+
+
+def test_an_unknown_cpu_assumes_the_register_but_no_counters():
+    entry = lookup("CentaurHauls", 7, 0x1F)
+    assert entry.key == UNKNOWN.key and entry.voltage_source == "perf_status"
+    assert not (entry.has_aperf_mperf or entry.has_pperf or entry.has_cstate_residency)
+
+
+def test_the_thesis_ranges():
+    """docs/detectors.md: voltage 962-1080 mV on Skylake (a Xeon E3-1220 v5 at
+    its 3.0 GHz base clock); a CPU the table does not know gets the same."""
+    for entry in (SKYLAKE, VIRTUAL, UNKNOWN):
+        assert entry.voltage_range_mv == (962.0, 1080.0) and entry.freq_max_mhz == 3000.0
+
+
+def test_without_the_aperfmperf_flag_there_is_no_pperf_either():
+    entry = lookup("GenuineIntel", 6, 0x5E, flags={"msr"})
+    assert not entry.has_aperf_mperf and not entry.has_pperf
+    assert entry.msr_columns == ("perf_status", "tsc", "c3", "c6", "c7")
+    assert lookup("GenuineIntel", 6, 0x5E, flags={"aperfmperf"}).has_pperf
+
+
+def test_entries_are_found_by_their_keys():
+    every = (SKYLAKE, INTEL_PRE_SKYLAKE, AMD_ZEN, AMD_PRE_ZEN, VIRTUAL, UNKNOWN)
+    assert len({e.key for e in every}) == len(every)
+    for entry in every:
+        assert by_key(entry.key) is entry
+    assert by_key("no-such-model") is UNKNOWN
+
+
+def test_the_table_entries_cannot_be_changed_in_place():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cpumodels.SKYLAKE.has_pperf = False
