@@ -84,6 +84,7 @@ def test_arguments_of_another_type_take_the_jit_and_are_right(monkeypatch):
 
 
 def test_a_module_built_from_other_sources_is_not_used(monkeypatch, tmp_path):
+    monkeypatch.delenv("PHASEWATCH_KERNELS", raising=False)     # the module, not the JIT asked for
     index = json.loads((kernels.package_dir() / kernels.MANIFEST).read_text())
     (tmp_path / kernels.MANIFEST).write_text(json.dumps({**index, "sources": "0" * 64,
                                                          "stamps": []}))
@@ -121,6 +122,7 @@ def test_the_build_forgets_numbas_cache_of_the_package(tmp_path):
 
 
 def test_sources_as_built_are_known_by_their_stamps_and_else_by_their_hash(monkeypatch, tmp_path):
+    monkeypatch.delenv("PHASEWATCH_KERNELS", raising=False)     # the module, not the JIT asked for
     index = json.loads((kernels.package_dir() / kernels.MANIFEST).read_text())
     assert index["stamps"] == kernels.source_stamps()
     monkeypatch.setattr(kernels, "package_dir", lambda: tmp_path)
