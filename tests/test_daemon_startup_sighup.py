@@ -1,7 +1,7 @@
 """A SIGHUP sent while phasewatchd is still starting does not end it.
 
 The ``phasewatchd`` command starts the interpreter with SIGHUP blocked and
-the daemon unblocks it once its handler is in place, so a reload asked for
+the daemon keeps it blocked, taking it with sigwait, so a reload asked for
 during the tens of milliseconds Python takes to start waits instead of
 ending the process (exit 129).  Each delay is tried several times, from the
 moment the launcher has run its first instruction (seen as SIGHUP in the
@@ -91,3 +91,15 @@ def test_a_sighup_during_start_up_is_survived_and_reloads_come_after(trace, tmp_
                 d.proc.wait()
         assert code == 0 and not any("Traceback" in line for line in lines), lines
         survived += 1
+
+
+def test_importing_the_entry_point_leaves_the_signal_mask_alone():
+    """Another program importing the module (the docs, the layer check) does
+    not block SIGHUP in itself: its children would inherit it blocked, and a
+    SIGHUP would no longer end them."""
+    import subprocess
+    import sys
+    code = ("import signal; import phasewatch.cli.phasewatchd; "
+            "print(signal.SIGHUP in signal.pthread_sigmask(signal.SIG_BLOCK, ()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr

@@ -159,6 +159,7 @@ def test_keys_of_what_numba_types_by_class_and_the_numpy_flags():
 def test_recorded_calls_are_the_argument_types_and_take_the_jit(monkeypatch):
     monkeypatch.setattr(kernels, "_recording", False)
     monkeypatch.setattr(kernels, "_entries", None)
+    monkeypatch.setattr(kernels, "_status", kernels._status)     # the status after it, as before
     monkeypatch.setattr(histograms.value_bins, "seen", set())
     kernels.record_calls()
     try:

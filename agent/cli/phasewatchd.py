@@ -7,14 +7,15 @@ import signal
 import threading
 
 # A SIGHUP (reload) that comes while the daemon is still starting is kept for
-# later, not left to its default action (ending the process).  SIGHUP stays
-# blocked in every thread, and one thread takes each with sigwait: a Python
-# handler would run nested in itself under a storm of SIGHUPs, until the
-# stack overflows.  The `phasewatchd` command (a compiled launcher,
-# phasewatchd_launcher.c) starts the interpreter with SIGHUP blocked, so one
-# sent before this thread existed is pending, and is taken here.
+# later, not left to its default action (ending the process).  The
+# `phasewatchd` command (a compiled launcher, phasewatchd_launcher.c) starts
+# the interpreter with SIGHUP blocked: it stays blocked in every thread, and
+# one thread takes each with sigwait, one sent before that thread existed
+# included.  A Python handler would run nested in itself under a storm of
+# SIGHUPs until the stack overflows.  Started otherwise (python -m), or
+# imported by another program (whose children would inherit a blocked
+# SIGHUP), the module leaves the mask alone and handles SIGHUP in Python.
 RELOAD = threading.Event()
-signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
 
 
 def _take_sighups() -> None:
@@ -23,7 +24,10 @@ def _take_sighups() -> None:
         RELOAD.set()
 
 
-threading.Thread(target=_take_sighups, name="sighup", daemon=True).start()
+if signal.SIGHUP in signal.pthread_sigmask(signal.SIG_BLOCK, ()):
+    threading.Thread(target=_take_sighups, name="sighup", daemon=True).start()
+else:
+    signal.signal(signal.SIGHUP, lambda *_: RELOAD.set())
 
 # Closed standard descriptors get /dev/null before the imports below open files.
 from ..console import guard_stdio, silence_stdout, start_up  # noqa: E402
