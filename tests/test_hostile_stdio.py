@@ -48,6 +48,22 @@ def data(tmp_path_factory) -> tuple[Path, bytes]:
     return path, subprocess.run([BZIP2, "-c", path], capture_output=True, check=True).stdout
 
 
+
+def wait_serving(daemon: subprocess.Popen, port: int, why_not) -> None:
+    """Until the daemon serves metrics with intervals counted; ``why_not()``
+    says why, should it exit first."""
+    deadline = time.monotonic() + 60
+    while True:
+        assert daemon.poll() is None, why_not()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                if b"phasewatch_intervals_total" in r.read():
+                    return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "phasewatchd never served"
+        time.sleep(0.2)
+
 def test_closed_stdin_leaves_the_commands_output_whole(tmp_path, data):
     source, expected = data
     proc = shell(f'"$PW" run -q --no-pin -- "$BZ" -c {source} > out.bz2 <&-', tmp_path)
@@ -127,17 +143,7 @@ def test_the_daemon_with_stdin_and_stderr_closed_serves_and_writes_nothing_to_st
              "--replay-speed", "0", "--metrics", f"127.0.0.1:{port}",
              "--zmq", f"tcp://127.0.0.1:{free_port()}"], stdout=f)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert daemon.poll() is None, out.read_text()
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                    if b"phasewatch_intervals_total" in r.read():
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "phasewatchd never served"
-            time.sleep(0.2)
+        wait_serving(daemon, port, lambda: out.read_text())
     finally:
         daemon.terminate()
         status = daemon.wait(timeout=20)
@@ -201,17 +207,7 @@ def test_the_daemon_with_a_full_standard_error_serves(tmp_path, trace):
          "--replay-speed", "0", "--metrics", f"127.0.0.1:{port}",
          "--zmq", f"tcp://127.0.0.1:{free_port()}"], stdout=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert daemon.poll() is None, f"phasewatchd exited {daemon.returncode}"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                    if b"phasewatch_intervals_total" in r.read():
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "phasewatchd never served"
-            time.sleep(0.2)
+        wait_serving(daemon, port, lambda: f"phasewatchd exited {daemon.returncode}")
     finally:
         daemon.terminate()
         status = daemon.wait(timeout=20)
