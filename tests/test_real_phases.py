@@ -96,10 +96,13 @@ def test_perl_halves_fall_in_different_phases(inputs):
     switch_s = float(re.search(r"part 2 starts at ([\d.]+) s", stderr).group(1))
     switch = int(switch_s * 1000 / 100)          # interval holding the switch
     first, second = phases[:switch], phases[switch + 1:]
-    assert len(first) >= 4 and len(second) >= 4, (switch, phases)
+    seen = f"switch at interval {switch}; phases {phases}"
+    assert len(first) >= 4 and len(second) >= 4, seen
     main_first = max(set(first), key=first.count)
-    assert first.count(main_first) >= 0.8 * len(first), phases
-    assert sum(p == main_first for p in second) <= 0.2 * len(second), (switch, phases)
+    assert first.count(main_first) >= 0.8 * len(first), seen
+    # part 2 is three short loops of the same interpreter, about nine
+    # intervals: an interval astride two of them may look like part 1
+    assert sum(p == main_first for p in second) <= len(second) / 3, seen
 
 
 def test_code_of_a_child_process_is_mapped(tmp_path):
