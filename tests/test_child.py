@@ -80,6 +80,17 @@ def test_command_found_but_not_executable_is_126(tmp_path):
         Child.start([tmp_path], pin=False)
 
 
+@pytest.mark.parametrize("mode", [0o644, 0o755])
+def test_a_fifo_given_as_the_command_is_said_to_be_one(tmp_path, mode):
+    """Not "make it executable": chmod +x would not make a FIFO a program."""
+    fifo = tmp_path / "F"
+    os.mkfifo(fifo, mode)
+    with pytest.raises(CommandNotExecutable) as excinfo:
+        Child.start([fifo], pin=False)
+    assert str(excinfo.value) == f"{fifo}: a FIFO, not a program; give the program's file"
+    assert excinfo.value.exit_code == 126
+
+
 def test_exec_failure_after_release_is_reported_like_a_shell(tmp_path):
     garbage = tmp_path / "garbage"
     garbage.write_bytes(b"\x7fELF not really")

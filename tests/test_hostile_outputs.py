@@ -212,7 +212,7 @@ def test_run_refuses_a_recording_where_its_report_goes(tmp_path):
                       "--", "touch", marker)
     refused(proc, "named as two outputs")
     assert not marker.exists(), "the command ran"
-    assert list(folder.iterdir()) == []
+    assert not folder.exists(), "the report's folder was made for a refused run"
 
 
 # --- a catalogue that is some other file ----------------------------------------------
@@ -309,3 +309,23 @@ def test_report_refuses_its_own_input_in_its_folder_before_reading_it(own_record
     before = snapshot(folder)
     refused(phasewatch("report", trace, "--out", folder), "is the input")
     assert snapshot(folder) == before
+
+
+# --- export's prefix on a FIFO or a folder -------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["FIFO", "directory"])
+def test_an_export_prefix_that_is_a_fifo_or_folder_is_refused_and_nothing_made(tmp_path, kind):
+    """`-o /dev/null` made /dev/null.simpoints and /dev/null.weights (as root):
+    a prefix on something that is not a file was meant as the output itself."""
+    labels = tmp_path / "l.json"
+    labels.write_text("[0, 0, 1, 1, 0]")
+    target = tmp_path / "out"
+    if kind == "FIFO":
+        os.mkfifo(target)
+    else:
+        target.mkdir()
+    before = sorted(tmp_path.iterdir())
+    refused(phasewatch("export", "--simpoints", labels, "-o", target),
+            f"{target}: a {kind}: -o takes a prefix for two files")
+    assert sorted(tmp_path.iterdir()) == before
+

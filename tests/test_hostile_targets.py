@@ -235,6 +235,18 @@ def test_an_ipc_endpoint_on_a_file_that_is_not_a_socket_is_refused_and_kept(tmp_
     assert victim.read_text() == "precious\n"
 
 
+def test_an_ipc_endpoint_from_the_config_is_refused_as_the_config_names_it(tmp_path):
+    """Not as `--zmq`, an option the user never gave."""
+    victim = tmp_path / "notes.txt"
+    victim.write_text("precious\n")
+    config = tmp_path / "phasewatchd.toml"
+    config.write_text(f'[zmq]\nendpoint = "ipc://{victim}"\n')
+    line = refused("--config", config, "--replay", tmp_path / "none.arrow")
+    assert f"[zmq] endpoint = ipc://{victim}: {victim} exists and is not a socket" in line, line
+    assert "--zmq" not in line
+    assert victim.read_text() == "precious\n"
+
+
 def test_the_proxy_refuses_to_bind_over_a_file_too(tmp_path):
     victim = tmp_path / "notes.txt"
     victim.write_text("precious\n")

@@ -141,6 +141,63 @@ def test_merging_a_catalogue_file_takes_its_ids(sequence, tmp_path):
         assert f"│ {ids_a[name]}     │ {name}" in listed.stdout, listed.stdout
 
 
+def merge(source: Path, into: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([*PHASEWATCH, "catalog", "merge", str(source), "--catalog", str(into)],
+                          capture_output=True, text=True)
+
+
+def test_merging_reads_what_a_writer_still_holds_in_its_log_and_writes_nothing_beside(
+        sequence, tmp_path):
+    """The source is only read: with its write-ahead log where a daemon is
+    still writing it (a phase renamed there and not yet in the file), and
+    with no log or shared memory left beside it where there was none."""
+    host_a, host_b = tmp_path / "a" / "a.sqlite", tmp_path / "b.sqlite"
+    host_a.parent.mkdir()
+    run(sequence, "BAC", tmp_path, host_a)
+    run(sequence, "CBA", tmp_path, host_b)
+    writer = sqlite3.connect(host_a, isolation_level=None)
+    try:
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        writer.execute("UPDATE phases SET name = 'renamed' WHERE id = (SELECT min(id) FROM phases)")
+        assert Path(f"{host_a}-wal").stat().st_size > 0
+        # the shared memory beside a log is SQLite's readers' marks: its bytes may move
+        held = lambda: {p.name: p.name.endswith("-shm") or p.read_bytes()  # noqa: E731
+                        for p in host_a.parent.iterdir()}
+        before = held()
+        proc = merge(host_a, host_b)
+        assert proc.returncode == 0, proc.stderr
+        assert held() == before
+    finally:
+        writer.close()
+    merged = Catalog(host_b)
+    [program] = merged.programs()
+    assert "renamed" in [p.name for p in merged.phases(program["key"])]
+    merged.close()
+    proc = merge(host_a, tmp_path / "c.sqlite")     # the writer gone: the file as it is
+    assert proc.returncode == 0 and sorted(p.name for p in host_a.parent.iterdir()) == ["a.sqlite"]
+
+
+@pytest.mark.parametrize("source", ["damaged", "fifo", "missing"])
+def test_a_merge_source_that_is_no_catalogue_is_refused_and_left_as_it_is(tmp_path, source):
+    """One line about the file to merge (not the --catalog advice the
+    catalogue itself gets); a damaged source is not moved aside."""
+    given = tmp_path / "given" / "other.sqlite"
+    given.parent.mkdir()
+    if source == "damaged":
+        given.write_bytes(DAMAGED)
+    elif source == "fifo":
+        os.mkfifo(given)
+    before = sorted(given.parent.iterdir())
+    proc = merge(given, tmp_path / "c.sqlite")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith(f"phasewatch catalog: {given}: ") and line.endswith(
+        "give another phase catalogue file to merge"), line
+    assert sorted(given.parent.iterdir()) == before
+    if source == "damaged":
+        assert given.read_bytes() == DAMAGED
+
+
 def test_a_damaged_catalogue_is_moved_aside_and_the_run_goes_on(sequence, tmp_path):
     catalog = tmp_path / "catalog.sqlite"
     catalog.write_bytes(DAMAGED)

@@ -6,6 +6,8 @@ signals allow, and the parameters' metadata read back."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -13,7 +15,7 @@ from phasewatch.core import detectors
 from phasewatch.core.cpumodels import UNKNOWN
 from phasewatch.core.params import (HistogramParams, IntervalParams, histogram_params_of,
                                     histograms_dict, interval_dict, interval_params_of)
-from phasewatch.core.settings import (LIMITS, DetectionSettings, best_detector,
+from phasewatch.core.settings import (LIMITS, DetectionSettings, Limit, best_detector,
                                       choose_detector, detector_label, interval_of)
 from phasewatch.errors import UserError
 
@@ -41,9 +43,9 @@ IP_ONLY = ("t_ns", "cpu", "tid", "ip")
     ("max_phases", 100_001, "100001 is outside [2, 100000]"),
     ("max_phases", 2.0, "2.0 is not an integer"),
     ("interval_instructions", 1, None),
-    ("interval_instructions", 0, "0 is outside [1, 1e+15]"),
+    ("interval_instructions", 0, "0 is outside [1, 1000000000000000]"),
     ("interval_instructions", 10**15, None),
-    ("interval_instructions", 10**15 + 1, "1000000000000001 is outside [1, 1e+15]"),
+    ("interval_instructions", 10**15 + 1, "1000000000000001 is outside [1, 1000000000000000]"),
     ("interval_ms", 0.01, None),
     ("interval_ms", 0.009, "0.009 is outside [0.01, 8.64e+07]"),
 ])
@@ -55,6 +57,16 @@ def test_the_advice_names_the_range_in_plain_numbers():
     assert LIMITS["threshold"].advice() == "give a distance in (0, 1]"
     assert LIMITS["max_phases"].advice(" phases") == "give a number from 2 to 100,000 phases"
     assert LIMITS["interval_ms"].advice(" ms") == "give a number from 0.01 to 86,400,000 ms"
+
+
+def test_an_integer_range_is_said_in_digits_a_user_can_type():
+    """--pid's range read [1, 4.1943e+06]: no pid is written so."""
+    assert Limit(int, 1, 4_194_304).describe() == "[1, 4194304]"
+    assert Limit(int, 0, 8191, low_open=True).problem(0) == "0 is outside (0, 8191]"
+    assert Limit(float, 0.001, 1e6).describe() == "[0.001, 1e+06]"
+    pid = subprocess.run([sys.executable, "-m", "phasewatch.cli", "run", "--pid", "0"],
+                         capture_output=True, text=True)
+    assert pid.returncode == 2 and "'0' is outside [1, 4194304]" in pid.stderr, pid.stderr
 
 
 @pytest.mark.parametrize("name, value, expected", [
@@ -101,7 +113,7 @@ def test_given_takes_the_option_then_the_recording_then_the_default():
 def test_given_refuses_two_interval_lengths_and_one_out_of_range():
     with pytest.raises(UserError, match=r"^interval_ms, interval_samples exclude each other"):
         DetectionSettings.given({"interval_ms": 5.0, "interval_samples": 10})
-    with pytest.raises(UserError, match=r"^interval samples: 0 is outside \[1, 1e\+09\]$"):
+    with pytest.raises(UserError, match=r"^interval samples: 0 is outside \[1, 1000000000\]$"):
         DetectionSettings.given({"interval_samples": 0})
     assert DetectionSettings.given({"interval_ms": 5.0, "interval_samples": None}).interval \
         == IntervalParams(kind="time", ns=5_000_000)

@@ -104,7 +104,7 @@ def import_export(catalog: Catalog, args) -> int:
 
 
 def merge(catalog: Catalog, args) -> int:
-    other = Catalog(args.what, warn=_refuse, create=False)
+    other = Catalog.for_reading(args.what, "give another phase catalogue file to merge")
     try:
         data = other.export()
     finally:

@@ -15,6 +15,7 @@ import numpy as np
 from ..console import warn
 from ..errors import UserError
 from ..formats.bbvfile import read_bb
+from ..formats.inputs import file_kind
 from ..formats.labellings import Labelling, read_labelling
 from ..formats.outputs import check_outputs, write_all_or_none
 from ..simpoint.bbvdetect import project_matrix
@@ -49,6 +50,15 @@ def representatives(labelling: Labelling, vectors: np.ndarray | None) -> np.ndar
     return order[firsts]
 
 
+def check_prefix(prefix: str) -> None:
+    """A prefix that is a device, a FIFO or a folder was meant as the output
+    itself (``-o /dev/null``): PREFIX.simpoints would be made beside it."""
+    if os.path.exists(prefix) and not os.path.isfile(prefix):
+        kind = file_kind(os.stat(prefix).st_mode)
+        raise UserError(f"{prefix}: {kind}: -o takes a prefix for two files, "
+                        f"PREFIX.simpoints and PREFIX.weights; give a path such as out/phases")
+
+
 def output_paths(prefix: str) -> tuple[str, str]:
     return prefix + ".simpoints", prefix + ".weights"
 
@@ -67,6 +77,7 @@ def write_simpoints(prefix: str, labels: np.ndarray, points: np.ndarray,
 
 def run(args) -> int:
     prefix = args.output or os.path.splitext(args.simpoints)[0]
+    check_prefix(prefix)
     inputs = [args.simpoints, args.bb]
     check_outputs(output_paths(prefix), inputs)
     labelling = read_labelling(args.simpoints)

@@ -204,9 +204,10 @@ def check_arguments(args, program: str | None) -> DetectionSettings:
     if args.report:
         from ..report.folder import check_report_dir, report_files
         check_folder(args.report, outputs, inputs=[args.program])
-        check_report_dir(args.report)
         report = report_files(args.report)
-    check_outputs(outputs + report, inputs=[args.program])
+    check_outputs(outputs + report, inputs=[args.program], folders=[args.report or ""])
+    if args.report:
+        check_report_dir(args.report)       # made once nothing else is refused
     if args.powercap_root:
         from ..live.phase_energy import EnergyMeter
         EnergyMeter.open(args.powercap_root)

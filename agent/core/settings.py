@@ -52,7 +52,10 @@ class Limit:
         return None
 
     def describe(self) -> str:
-        return f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+        return f"{'(' if self.low_open else '['}{self._bound(self.low)}, {self._bound(self.high)}]"
+
+    def _bound(self, x: float) -> str:
+        return f"{int(x)}" if self.kind is int else f"{x:g}"
 
     def advice(self, unit: str = "") -> str:
         """What to give instead of a value out of range."""

@@ -398,6 +398,11 @@ def detection_flags(args) -> dict:
     return changes
 
 
+def zmq_setting(args) -> str:
+    """Where the events endpoint was given, for a message about it."""
+    return "--zmq" if getattr(args, "zmq", None) else "[zmq] endpoint ="
+
+
 def with_flags(config: Config, args) -> Config:
     """The command-line flags over the file's values."""
     changes = {}

@@ -117,8 +117,10 @@ class Publisher:
     """Publishes interval and phase events (and, opt-in, sample batches)."""
 
     def __init__(self, endpoint: str, hwm: int = DEFAULT_HWM, samples: bool = False,
-                 curve: dict | None = None, context: zmq.Context | None = None):
+                 curve: dict | None = None, context: zmq.Context | None = None,
+                 setting: str = "--zmq"):
         self.endpoint = endpoint
+        self.setting = setting      # where the endpoint was given, for messages
         self.samples = samples
         self.host = platform.node()
         self.dropped = 0
@@ -158,11 +160,11 @@ class Publisher:
             sock.curve_publickey, sock.curve_secretkey = self._keys
             sock.curve_server = True
         try:
-            check_ipc_endpoint(self.endpoint, "--zmq")
+            check_ipc_endpoint(self.endpoint, self.setting)
             sock.bind(self.endpoint)
         except zmq.ZMQError as exc:
             sock.close(0)
-            raise UserError(f"--zmq {self.endpoint}: cannot bind: {exc.strerror}") from None
+            raise UserError(f"{self.setting} {self.endpoint}: cannot bind: {exc.strerror}") from None
         except UserError:
             sock.close(0)
             raise

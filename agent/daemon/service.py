@@ -71,11 +71,11 @@ def load_config(args) -> daemon_config.Config:
         path = DEFAULT_CONFIG
     config = daemon_config.load(path) if path else daemon_config.Config()
     config = daemon_config.with_flags(config, args)
-    check_exposure(config)
+    check_exposure(config, args)
     return config
 
 
-def check_exposure(config: daemon_config.Config) -> None:
+def check_exposure(config: daemon_config.Config, args=None) -> None:
     """Beyond loopback only with TLS (metrics) and CurveZMQ (events)."""
     if config.metrics:
         host, _ = config.metrics_address
@@ -83,8 +83,8 @@ def check_exposure(config: daemon_config.Config) -> None:
             raise UserError(f"metrics on {config.metrics}: beyond loopback they need TLS: "
                             f"set [metrics] certfile and keyfile (and client_cafile)")
     if config.zmq and not is_loopback_endpoint(config.zmq) and not config.curve_secret_key:
-        raise UserError(f"--zmq {config.zmq}: beyond loopback events need CurveZMQ: set [zmq] "
-                        f"curve_secret_key and curve_authorized_keys")
+        raise UserError(f"{daemon_config.zmq_setting(args)} {config.zmq}: beyond loopback events "
+                        f"need CurveZMQ: set [zmq] curve_secret_key and curve_authorized_keys")
 
 
 def open_replay(config) -> tuple[PacedReplay, dict, tuple]:
@@ -130,7 +130,8 @@ class Daemon:
         if c.record:
             check_record_dir(c.record)
         if c.zmq:
-            self.publisher = Publisher(c.zmq, hwm=c.zmq_hwm, samples=c.zmq_samples, curve=c.curve)
+            self.publisher = Publisher(c.zmq, hwm=c.zmq_hwm, samples=c.zmq_samples, curve=c.curve,
+                                       setting=daemon_config.zmq_setting(self.args))
         try:
             self.energy = open_phase_energy(c)
             self.catalog = open_catalog(c)
@@ -332,7 +333,7 @@ class Daemon:
         self.notifier.reloading()
         try:
             new = daemon_config.with_flags(daemon_config.load(self.config_path), self.args)
-            check_exposure(new)
+            check_exposure(new, self.args)
             for w in self.workers:
                 fitted_settings(new, w.source, w.meta, w.signals, lambda msg: None)
         except UserError as exc:

@@ -152,16 +152,19 @@ def profile_distances_of(profile: str):
     return distances
 
 
-def check_path(path: str) -> None:
+#: What to do about a catalogue path that cannot be one.
+OWN_FILE = "give the catalogue's own file with --catalog, or --no-catalog"
+
+
+def check_path(path: str, advice: str = OWN_FILE, output: bool = True) -> None:
     """Refuse, before anything runs, a catalogue path that cannot be one."""
-    check_outputs([path])
+    if output:
+        check_outputs([path])
     if os.path.islink(path) or (os.path.exists(path) and not os.path.isfile(path)):
-        raise UserError(f"{path}: not a regular file: give the catalogue's own file "
-                        f"with --catalog, or --no-catalog")
+        raise UserError(f"{path}: not a regular file: {advice}")
     other = _something_else(path)
     if other:
-        raise UserError(f"{path}: {other}, not a phase catalogue: left as it is; give the "
-                        f"catalogue's own file with --catalog, or --no-catalog")
+        raise UserError(f"{path}: {other}, not a phase catalogue: left as it is; {advice}")
 
 
 #: The first bytes of every SQLite database file.
@@ -216,6 +219,20 @@ class Catalog:
         self.unwritable: str | None = None
         self._open(create)
 
+    @classmethod
+    def for_reading(cls, path: str | os.PathLike, advice: str) -> "Catalog":
+        """Another catalogue, only read (a merge's source): nothing is written
+        beside it, and a damaged one is refused, not moved aside."""
+        catalog = cls.__new__(cls)
+        catalog.path, catalog.warn, catalog.unwritable = Path(path), None, "read only"
+        if not catalog.path.exists():
+            raise UserError(f"{path}: no such file: {advice}")
+        check_path(str(path), advice, output=False)
+        catalog.db = catalog._reading()
+        if catalog.db is None:
+            raise UserError(f"{path}: cannot be read as a phase catalogue: {advice}")
+        return catalog
+
     @property
     def usable(self) -> bool:
         return self.db is not None
@@ -269,6 +286,20 @@ class Catalog:
         """The catalogue as it is, for reading only, where nothing can be written."""
         try:
             db = sqlite3.connect(f"file:{quote(os.fsencode(self.path))}?immutable=1", uri=True,
+                                 check_same_thread=False)
+            db.execute("SELECT count(*) FROM phases").fetchone()
+            return db
+        except sqlite3.Error:
+            return None
+
+    def _reading(self) -> sqlite3.Connection | None:
+        """A connection that only reads: with the catalogue's write-ahead log
+        where one is beside it (a daemon may be writing), else the file as it
+        is, so that no log is made beside it."""
+        if not Path(f"{self.path}-wal").exists():
+            return self._read_only()
+        try:
+            db = sqlite3.connect(f"file:{quote(os.fsencode(self.path))}?mode=ro", uri=True,
                                  check_same_thread=False)
             db.execute("SELECT count(*) FROM phases").fetchone()
             return db

@@ -83,11 +83,15 @@ def check_folder(folder: str, outputs: Iterable[str | None] = (),
             raise UserError(_is_output(folder, other, None, other_table_of))
 
 
-def check_outputs(outputs: Iterable[str | None], inputs: Iterable[str | None] = ()) -> None:
+def check_outputs(outputs: Iterable[str | None], inputs: Iterable[str | None] = (),
+                  folders: Iterable[str] = ()) -> None:
     """Refuse outputs that would overwrite an input or each other, or that
     cannot be files.  Every file the command reads or writes is on the one
     list, a recording's side tables among them (:class:`Recording`).  Opens
-    nothing for writing."""
+    nothing for writing, and makes no folder: a file in one of ``folders``
+    that does not exist yet (the command makes it once all is checked) is
+    checked for all but its folder."""
+    to_make = {os.path.realpath(f) for f in folders if f and not os.path.isdir(f)}
     read = [f for p in inputs if p for f in files_of(p)]
     written: list[tuple[str, str | None]] = []
     for path in (p for p in outputs if p):
@@ -98,7 +102,7 @@ def check_outputs(outputs: Iterable[str | None], inputs: Iterable[str | None] = 
             for other, other_table_of in written:
                 if _same_file(file, other):
                     raise UserError(_is_output(file, other, table_of, other_table_of))
-            if table_of is None:
+            if table_of is None and os.path.dirname(os.path.realpath(file)) not in to_make:
                 _check_kind(file)
             written.append((file, table_of))
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from typing import Mapping
 
 from ..errors import CommandNotExecutable, CommandNotFound, UserError
+from ..formats.inputs import file_kind
 
 
 def exit_status(wait_status: int) -> int:
@@ -48,6 +50,10 @@ def _check_executable(path: str) -> str:
         raise CommandNotFound(f"{path}: no such file; check the path")
     if os.path.isdir(path):
         raise CommandNotExecutable(f"{path}: is a directory; give the program inside it")
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise CommandNotExecutable(f"{path}: {file_kind(mode)}, not a program; give the "
+                                   f"program's file")
     if not os.access(path, os.X_OK):
         raise CommandNotExecutable(f"{path}: permission denied; make it executable (chmod +x)")
     return path
