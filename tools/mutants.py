@@ -144,6 +144,7 @@ def environment() -> dict[str, str]:
 #: which fails of load on a host the mutants themselves keep busy, a kill
 #: that is no kill.
 SOURCE_CHECKS = ("not test_the_module_is_built_from_these_sources and not needs_no_jit"
+                 " and not test_sources_as_built_are_known_by_their_stamps_and_else_by_their_hash"
                  " and not test_mappings_build_in_time_that_grows_about_linearly"
                  " and not test_arguments_of_another_type_take_the_jit_and_are_right")
 
