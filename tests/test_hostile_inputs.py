@@ -288,6 +288,21 @@ print(proc.stderr, end="")
 """
 
 
+def test_a_small_labels_file_is_read_under_a_memory_limit(tmp_path):
+    """Reading a text input asked for a buffer of its cap (4 GiB) whatever
+    the file's size: under `ulimit -v 3G` a five-interval file was "out of
+    memory"."""
+    import resource
+    labels = tmp_path / "l.json"
+    labels.write_text("[0, 0, 1, 1, 0]")
+    limit = 3 << 30
+    proc = subprocess.run([str(BIN), "export", "--simpoints", labels, "-o", tmp_path / "out"],
+                          capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out.weights").read_text().split() == ["0.600000", "0", "0.400000", "1"]
+
+
 def test_a_csv_line_of_256_mb_is_refused_without_holding_copies_of_it(tmp_path):
     lines = EXAMPLE.read_bytes().splitlines()
     cells = lines[3].split(b",")

@@ -45,6 +45,19 @@ def check_regular(path: str, what: str = "input") -> None:
     open_regular(path, what).close()
 
 
+def _read_at_most(f: io.BufferedReader, limit: int, chunk: int = 1 << 20) -> bytes | None:
+    """The rest of ``f``, or None past ``limit`` bytes.  Not ``f.read(limit)``:
+    that allocates ``limit`` bytes whatever the file holds (4 GiB, refused
+    under a memory limit)."""
+    chunks, total = [], 0
+    while block := f.read(chunk):
+        total += len(block)
+        if total > limit:
+            return None
+        chunks.append(block)
+    return b"".join(chunks)
+
+
 def read_text(path: str, what: str = "input", limit: int = MAX_TEXT_BYTES) -> str:
     """A regular file of at most ``limit`` bytes, as UTF-8 text."""
     with open_regular(path, what) as f:
@@ -53,9 +66,12 @@ def read_text(path: str, what: str = "input", limit: int = MAX_TEXT_BYTES) -> st
             raise UserError(f"{path}: {size:,} bytes, more than a {what} file may be "
                             f"({limit:,})")
         try:
-            data = f.read(limit + 1)
+            data = _read_at_most(f, limit)
         except OSError as exc:
             raise UserError(f"cannot read {what} {path}: {exc.strerror}") from None
+        if data is None:
+            raise UserError(f"{path}: grew past {limit:,} bytes while read, more than a {what} "
+                            f"file may be")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
