@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 from scaling import growth
 
-from phasewatch.core.batch import MISSING, SampleBatch
-from phasewatch.core.codemap import (FOREVER, KERNEL_START, NEVER, CodeMap, code_bins_reference,
-                                   replaced_at)
+from phasewatch.core.batch import SampleBatch
+from phasewatch.core.codemap import FOREVER, NEVER, CodeMap, code_bins_reference, replaced_at
 from phasewatch.core.params import DetectorParams, Params
 from phasewatch.core.pipeline import Pipeline
 from phasewatch.formats import metadata as md
@@ -23,6 +22,10 @@ from phasewatch.formats.trace import TraceWriter
 from phasewatch.live.process_maps import ProcessMappings
 
 IP_SIGNALS = ("t_ns", "cpu", "tid", "ip")
+#: Where the kernel's half of the x86-64 address space begins (Linux's
+#: Documentation/arch/x86/x86_64/mm.rst, 4-level page tables), and a value
+#: that could not be read (docs/formats.md): from outside the code under test.
+KERNEL_HALF, NO_VALUE = 0xFFFF_8000_0000_0000, 0xFFFF_FFFF_FFFF_FFFF
 
 MAPPINGS = [
     {"start": 0x400000, "end": 0x480000, "offset": 0x1000, "path": "/usr/bin/prog"},
@@ -40,8 +43,7 @@ def random_ips(rng, n: int) -> tuple[np.ndarray, np.ndarray]:
     picks = [rng.integers(m["start"] - 0x1000, m["end"] + 0x1000, n) for m in MAPPINGS]
     edges = [[m["start"] - 1, m["start"], m["end"] - 1, m["end"]] for m in MAPPINGS]
     ips = np.concatenate(picks + edges).astype(np.uint64)
-    special = np.array([0, MISSING, KERNEL_START, KERNEL_START + np.uint64(0x1234567),
-                        0x10], np.uint64)
+    special = np.array([0, NO_VALUE, KERNEL_HALF, KERNEL_HALF + 0x1234567, 0x10], np.uint64)
     ips = np.concatenate([ips, special])
     return ips, rng.integers(0, 1000, len(ips)).astype(np.int64)
 
@@ -81,10 +83,10 @@ def plain_entry(ip: int, t: int, mappings: list[dict], bits: int, nbins: int) ->
     mapping covering it at time ``t`` (from its ``t_ns``, until a later
     mapping overlapping it), its object (the path, or the anonymous mapping
     itself), and the IP's offset in that object's file."""
-    if ip in (0, 2**64 - 1):
+    if ip in (0, NO_VALUE):
         return -1
-    if ip >= 0xFFFF_8000_0000_0000:
-        key, offset = plain_key("[kernel]"), ip - 0xFFFF_8000_0000_0000
+    if ip >= KERNEL_HALF:
+        key, offset = plain_key("[kernel]"), ip - KERNEL_HALF
     else:
         key, offset = plain_key("[address space]"), ip
         for m in mappings:
@@ -114,12 +116,12 @@ def test_no_mapping_list_hashes_absolute_addresses():
     out = np.empty(len(ips), np.int32)
     CodeMap.from_mappings(None).bins(ips, t, 12, 1024, out)
     assert np.array_equal(out, code_bins_reference(ips, t, None, 12, 1024))
-    assert (out[ips == 0] == -1).all() and (out[(ips != 0) & (ips != MISSING)] >= 0).all()
+    assert (out[ips == 0] == -1).all() and (out[(ips != 0) & (ips != NO_VALUE)] >= 0).all()
 
 
 def test_without_a_mapping_list_no_user_address_is_unknown():
     """Unknown: a user-space IP in no mapping; no IP (0, MISSING) and kernel IPs never."""
-    ips = np.array([0x400000, 0x7F0000001234, 0x10, 0, MISSING, KERNEL_START], np.uint64)
+    ips = np.array([0x400000, 0x7F0000001234, 0x10, 0, NO_VALUE, KERNEL_HALF], np.uint64)
     t = np.zeros(len(ips), np.int64)
     assert not CodeMap.from_mappings(None).unknown(ips, t).any()
     assert CodeMap.from_mappings(MAPPINGS[:1]).unknown(ips, t).tolist() == \

@@ -51,6 +51,15 @@ def test_skylake_and_later_get_pperf(name):
     assert entry.key == SKYLAKE.key and entry.has_pperf and "pperf" in entry.msr_columns
 
 
+def test_skylake_has_core_c_state_residency():
+    """Linux's arch/x86/events/intel/cstate.c matches SKYLAKE, SKYLAKE_L and
+    SKYLAKE_X to snb_cstates, whose core events are the C3, C6 and C7
+    residency counters (MSR_CORE_C3/C6/C7_RESIDENCY)."""
+    entry = lookup("GenuineIntel", 6, SKYLAKE_AND_LATER["SKYLAKE"])
+    assert entry.has_aperf_mperf and entry.has_cstate_residency
+    assert {"c3", "c6", "c7"} <= set(entry.msr_columns)
+
+
 @pytest.mark.parametrize("name", sorted(BEFORE_SKYLAKE))
 def test_intel_before_skylake_has_aperf_mperf_but_no_pperf(name):
     entry = lookup("GenuineIntel", 6, BEFORE_SKYLAKE[name])

@@ -7,10 +7,11 @@ import pytest
 from hypothesis import given, strategies as st
 
 from phasewatch.core import reference
-from phasewatch.core.batch import MISSING, SampleBatch
+from phasewatch.core.batch import SampleBatch
 from phasewatch.core.decode import COUNTERS, PROFILE_COUNTERS, DecoderState, F, decode
 
-M = int(MISSING)
+#: A value that could not be read, as docs/formats.md gives it.
+M = 0xFFFF_FFFF_FFFF_FFFF
 
 
 def batch(**cols):

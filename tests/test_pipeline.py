@@ -166,8 +166,34 @@ def test_streams_give_each_cpu_its_own_pipeline_and_phase_history():
     assert driver.close() == [] and sink.closed == [True]
     one_row = cols[0].slice(0, 1)
     assert streams.feed(one_row) == [] and rows_seen["cpu0"] == len(cols[0]) + 1
+    # a source's poll that found nothing: no stream is told of it or made for it
+    assert streams.feed(SampleBatch.empty(both.signals)) == []
+    assert rows_seen["cpu0"] == len(cols[0]) + 1 and sorted(streams.pipelines) == ["cpu0", "cpu1", "cpu2"]
     streams.forget(["cpu1"])
     assert sorted(streams.pipelines) == ["cpu0", "cpu2"] and "cpu1" not in streams.last_phase
+
+
+class Named(Streams):
+    """Streams that name each phase id they are asked about."""
+
+    def names(self, name, phases):
+        return {int(p): f"phase {p}" for p in phases}
+
+
+def test_each_batch_names_its_intervals_phases_and_the_one_before_them(samples):
+    """The names handed on with a batch's intervals (the daemon's change
+    events say from which phase to which) cover every phase the intervals
+    have and the one before the first of them, from an earlier batch."""
+    sink = Kept()
+    driver = Driver(Named(lambda name: Pipeline(params(), synthetic.BASE_MHZ)), [sink])
+    driver.run(samples.slice(start, start + 3000) for start in range(0, len(samples), 3000))
+    driver.flush()
+    across = 0
+    for c in sink.classified_intervals:
+        mentioned = set(c.intervals.phase.tolist()) | {int(c.previous[0])}
+        assert set(c.names) == mentioned
+        across += c.previous[0] not in c.intervals.phase
+    assert across > 0         # a batch's intervals that change phase from the batch before
 
 
 class Kept(Sink):

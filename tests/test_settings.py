@@ -202,6 +202,17 @@ def test_settings_are_one_value_that_cannot_be_changed():
         DetectionSettings().threshold = 0.5
 
 
+def test_the_limits_and_detectors_every_command_shares_cannot_be_changed():
+    """One table of limits and one registry of detectors serve every command
+    and the daemon's every target: none may change an entry for the rest."""
+    from dataclasses import FrozenInstanceError
+    with pytest.raises(FrozenInstanceError):
+        LIMITS["threshold"].high = 2.0
+    with pytest.raises(FrozenInstanceError):
+        detectors.REGISTRY["vpf"].uses_cpi = True
+    assert LIMITS["threshold"].high == 1.0 and not detectors.REGISTRY["vpf"].uses_cpi
+
+
 def test_the_detector_label_says_default_only_for_vpf_ip_chosen_by_nobody():
     assert detector_label("vpf-ip", None) == "vpf-ip (the default with IP samples)"
     assert detector_label("vpf-ip", "vpf-ip") == "vpf-ip"

@@ -61,7 +61,7 @@ TESTS = {
     "core/codemap.py": ["test_codemap.py"],
     "core/decode.py": ["test_decode.py"],
     "core/registers.py": ["test_collectors_msr.py", "test_kmod_layout.py", "test_decode.py"],
-    "core/batch.py": ["test_pipeline.py", "test_decode.py", "test_trace.py"],
+    "core/batch.py": ["test_pipeline.py", "test_decode.py", "test_trace.py", "test_codemap.py"],
     "core/source.py": ["test_pipeline.py", "test_daemon_targets.py"],
     "core/driver.py": ["test_pipeline.py", "test_daemon_targets.py"],
     "core/intervals.py": ["test_intervals_worked.py", "test_classify.py", "test_pipeline_runs.py",
