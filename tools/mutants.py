@@ -67,7 +67,7 @@ TESTS = {
     "core/intervals.py": ["test_intervals_worked.py", "test_classify.py", "test_pipeline_runs.py",
                           "test_counter_ratio.py", "test_pipeline.py"],
     "core/pipeline.py": ["test_pipeline_setup.py", "test_pipeline_runs.py", "test_counter_ratio.py",
-                         "test_pipeline.py"],
+                         "test_pipeline.py", "test_pipeline_worked.py"],
     "core/cpumodels.py": ["test_cpumodels.py", "test_collectors_sysfs.py", "test_decode.py",
                           "test_settings.py"],
     "core/histograms.py": ["test_histograms.py", "test_noise_model.py", "test_code_resolutions.py"],
