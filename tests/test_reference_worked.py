@@ -273,5 +273,6 @@ def test_the_fold_leaves_out_kernel_ips_and_needs_a_text_range():
     _, counts = reference.profiles(b, hand_decoded(4), np.array([3]), fold, None)
     assert counts[0, IP] == 0
     no_ip = batch(t_ns=[1, 2], cpu=[0, 0])
-    _, counts = reference.profiles(no_ip, hand_decoded(2), np.array([1]), fold, (0x400000, 0x500000))
+    text = (0x400000, 0x500000)
+    _, counts = reference.profiles(no_ip, hand_decoded(2), np.array([1]), fold, text)
     assert counts[0, IP] == 0
