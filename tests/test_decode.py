@@ -339,3 +339,31 @@ def test_a_voltage_of_1600_mv_exactly_is_plausible():
     out = decode(batch(vcore_mv=[1600, 1601]), state, 1000.0, voltage_from_perf_status=False)
     assert out[F["voltage_mv"], 0] == 1600.0 and np.isnan(out[F["voltage_mv"], 1])
     assert state.implausible_values() == {"voltage_mv": 1}
+
+
+def test_a_counter_unread_in_every_row_of_one_cpu_gives_no_delta():
+    """One CPU's batch whose APERF was never read: no clock (not 0 MHz, which
+    ΔAPERF = MISSING − MISSING = 0 would give), three reads counted as lost,
+    and MPERF's deltas of 100 still taken."""
+    state = DecoderState()
+    out = decode(batch(aperf=[M, M, M], mperf=[0, 100, 200], tsc=[0, 400, 800]), state, 1000.0)
+    assert np.isnan(out[F["freq_mhz"]]).all()
+    assert state.unread[COUNTERS.index("aperf")] == 3
+    assert out[F["c0"], 1:].tolist() == [0.25, 0.25]
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_counters_not_decoded_read_nan_in_batches_of_the_same_size(n):
+    """Work arrays kept for a second batch of as many rows keep their NaN
+    rows; fresh ones would need them written again.  Arrays of their size,
+    full of ones, are freed before each batch (as above), so a row left
+    unwritten in fresh memory would read 1 where an undecoded count must
+    read 0."""
+    state = DecoderState(counters=("aperf", "mperf"))
+    for _ in range(3):
+        ones = [np.full(k * n, 1.0) for k in (len(COUNTERS), len(F)) for _ in range(8)]
+        del ones
+        out = decode(batch(aperf=np.arange(n) * 7, mperf=np.arange(n) * 5,
+                           instructions=np.arange(n) * 3, cycles=np.arange(n) * 3), state, 1000.0)
+        assert out[F["d_instructions"]].tolist() == [0.0] * n
+        assert out[F["d_cycles"]].tolist() == [0.0] * n

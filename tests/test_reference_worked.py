@@ -1,8 +1,11 @@
 """``core.reference``, the numpy version the pipeline is held to, on small
 batches worked by hand: decoded counters per CPU and per thread, voltage and
-its plausible range, where intervals end in each mode, each interval's CPI."""
+its plausible range, where intervals end in each mode, each interval's CPI,
+and each interval's profile (values, busy share and code) from decoded rows
+set by hand."""
 
 import math
+import zlib
 
 import numpy as np
 import pytest
@@ -10,7 +13,7 @@ import pytest
 from phasewatch.core import reference
 from phasewatch.core.batch import MISSING, SampleBatch
 from phasewatch.core.decode import F
-from phasewatch.core.params import IntervalParams, Params
+from phasewatch.core.params import DetectorParams, IntervalParams, Params
 
 NAN = math.nan
 V = 32      # IA32_PERF_STATUS: core voltage in bits 47:32, in 1/8192 V
@@ -141,3 +144,135 @@ def test_the_plausible_bounds_themselves_are_kept():
     assert same(column("freq_mhz", got), [NAN, 10000.0, 10000.0, 10000.0])
     assert same(column("pfreq_mhz", got), [NAN, 5000.0, 5000.0, 5000.0])
     assert same(column("c0", got), [NAN, 1.0, 1.0, 1.0])
+
+
+def test_a_single_instruction_or_cycle_still_gives_a_cpi():
+    """CPI is cycles over instructions wherever an instruction was counted:
+    1 instruction in 3 cycles is a CPI of 3; an interval of 1 instruction in
+    4 cycles has log CPI log 4, one of 2 instructions in 1 cycle log 1/2."""
+    b = batch(t_ns=[1, 2], cpu=[0, 0], instructions=[10, 11], cycles=[100, 103])
+    assert same(column("cpi", reference.decode(b, 1000.0)), [NAN, 3.0])
+    decoded = np.zeros((len(F), 4))
+    decoded[F["d_instructions"]] = [0, 1, 2, 0]
+    decoded[F["d_cycles"]] = [0, 4, 1, 0]
+    got = reference.interval_cpi(decoded, np.array([1, 3]))
+    assert math.isclose(got[0], math.log(4.0)) and math.isclose(got[1], math.log(0.5))
+
+
+def test_instruction_intervals_count_from_zero_instructions():
+    """Interval ends at 100, 200, ... instructions from the start: a total of
+    99 is one short of the first, 100 reaches it, 200 the second."""
+    d = np.array([0, 99, 1, 100], np.float64)
+    t = np.arange(4, dtype=np.int64)
+    assert reference.interval_ends(t, d, params(instructions=100)).tolist() == [2, 3]
+
+
+# The default histograms, segment after segment in a profile (SEGMENTS):
+# voltage 962-1080 mV in 32 bins, productive frequency 0-3000 MHz in 64, the
+# IP segment, the clock 0-3000 MHz in 64, the busy share (C0) 0-1 in 20.
+# The IP segment is the code signature's 1024 region entries then its 1024
+# line entries, or the thesis's fold of 32 entries.
+VOLTAGE, PFREQ, IP = 0, 1, 2
+FREQ, C0 = 3, 4
+
+
+def starts(ip_entries):
+    sizes = [32, 64, ip_entries, 64, 20]
+    return [sum(sizes[:s]) for s in range(5)]
+
+
+def hand_decoded(n, **rows):
+    decoded = np.full((len(F), n), NAN)
+    for name, values in rows.items():
+        decoded[F[name]] = values
+    return decoded
+
+
+def detector(name):
+    return Params(detector=DetectorParams(detector=name))
+
+
+def test_each_interval_takes_its_own_rows_from_the_first_row_on():
+    """Intervals end at rows 1 and 4: rows 0-1, then 2-4.  Voltage 1000 mV
+    is bin floor(38 × 32 / 118) = 10; 1050 mV floor(88 × 32 / 118) = 23."""
+    b = batch(t_ns=[1, 2, 3, 4, 5], cpu=[0] * 5)
+    decoded = hand_decoded(5, voltage_mv=[1000, NAN, 1050, 1050, NAN])
+    prof, counts = reference.profiles(b, decoded, np.array([1, 4]), detector("vpf"), None)
+    assert counts[:, VOLTAGE].tolist() == [1, 2]
+    assert prof[0, 10] == 1.0 and prof[1, 23] == 1.0
+    assert prof[:, :32].sum(axis=1).tolist() == [1.0, 1.0]
+
+
+def test_the_busy_share_is_binned_over_0_to_1():
+    """C0 0.25 falls in bin floor(0.25 × 20) = 5, 0.5 in bin 10, 0.95 in 19."""
+    b = batch(t_ns=[1, 2, 3, 4], cpu=[0] * 4)
+    decoded = hand_decoded(4, c0=[0.25, 0.5, 0.95, 0.5])
+    prof, counts = reference.profiles(b, decoded, np.array([3]), detector("vpf-ip"), None)
+    c0 = starts(2048)[C0]
+    assert counts[0, C0] == 4
+    assert {i: prof[0, c0 + i] for i in np.flatnonzero(prof[0, c0:c0 + 20])} == \
+        {5: 0.25, 10: 0.5, 19: 0.25}
+
+
+U64 = (1 << 64) - 1
+
+
+def plain_mix(x: int) -> int:
+    """SplitMix64's finaliser, in Python integers."""
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & U64
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & U64
+    return x ^ (x >> 31)
+
+
+def address_space_entry(ip: int, bits: int) -> int:
+    """An IP's code entry where no mappings are known: the address space as
+    one object (its key from the CRC-32 and Adler-32 of its name), the IP as
+    its offset, 2**bits bytes to an entry, hashed into 1024."""
+    name = b"[address space]"
+    key = (zlib.crc32(name) << 32) | zlib.adler32(name)
+    return plain_mix(key ^ plain_mix(ip >> bits)) % 1024
+
+
+def test_code_in_region_entry_0_is_counted_at_both_resolutions():
+    """0x944000 hashes to region entry 0 (16 KiB regions) and line entry 158
+    (64-byte lines); 0x400000 elsewhere.  Each sample is half a sample in
+    its region and half in its line."""
+    ips = [0x944000, 0x400000]
+    assert address_space_entry(ips[0], 14) == 0
+    regions = [address_space_entry(ip, 14) for ip in ips]
+    lines = [address_space_entry(ip, 6) for ip in ips]
+    b = batch(t_ns=[1, 2], cpu=[0, 0], ip=ips)
+    prof, counts = reference.profiles(b, hand_decoded(2), np.array([1]), detector("vpf-ip"), None)
+    ip = starts(2048)[IP]
+    assert counts[0, IP] == 2
+    want = np.zeros(2048)
+    for r, line in zip(regions, lines):
+        want[r] += 0.25
+        want[1024 + line] += 0.25
+    assert prof[0, ip:ip + 2048].tolist() == want.tolist()
+
+
+KERNEL = 0xFFFF_8000_0000_0000
+
+
+def test_the_fold_leaves_out_kernel_ips_and_needs_a_text_range():
+    """The thesis's fold over .text 0x400000-0x500000: 1024 positions of 1 KiB,
+    position p in entry (p mod 32) xor (p div 32).  0x400000 + 33 KiB + 5 is
+    position 33, entry 1 xor 1 = 0; 0x400000 + 70 KiB is position 70, entry
+    6 xor 2 = 4.  Kernel IPs, the first kernel address among them, have no
+    entry; without a text range no IP has one."""
+    ips = [0x400000 + 33 * 1024 + 5, 0x400000 + 70 * 1024, KERNEL, KERNEL + 0x1000]
+    b = batch(t_ns=[1, 2, 3, 4], cpu=[0] * 4, ip=ips)
+    fold = detector("vpf-ip-fold")
+    prof, counts = reference.profiles(b, hand_decoded(4), np.array([3]), fold, (0x400000, 0x500000))
+    ip = starts(32)[IP]
+    assert counts[0, IP] == 2
+    assert {i: prof[0, ip + i] for i in np.flatnonzero(prof[0, ip:ip + 32])} == {0: 0.5, 4: 0.5}
+    _, counts = reference.profiles(b, hand_decoded(4), np.array([3]), fold, None)
+    assert counts[0, IP] == 0
+    no_ip = batch(t_ns=[1, 2], cpu=[0, 0])
+    text = (0x400000, 0x500000)
+    _, counts = reference.profiles(no_ip, hand_decoded(2), np.array([1]), fold, text)
+    assert counts[0, IP] == 0
