@@ -365,3 +365,29 @@ def test_a_phase_never_seen_lasts_as_the_lower_median_of_the_streams_runs_as_lon
     PredictionTap().classified(Classified("", iv, iv.phase))
     # the stream's runs 2, 5 and 8 all lasted 1 and 2: their median is 5
     assert iv.prediction.remaining[-2:].tolist() == [5 - 1, 5 - 2]
+
+
+def test_a_tap_started_from_memory_takes_phase_zeros_too():
+    """Phase 0 is a phase like any other: the first run's memory of it is
+    taken where the classifier starts from it (it is the one phase a
+    classifier of three live phases starts from: half, rounded down)."""
+    from phasewatch.core.batch import concat
+    from phasewatch.core.params import DetectorParams, Params, histogram_params_of
+    from phasewatch.core.pipeline import Pipeline
+    from phasewatch.formats import synthetic
+    samples = concat(list(synthetic.generate(
+        (("compute-a", 4), ("memory", 4), ("mixed", 4), ("compute-a", 4), ("memory", 4)) * 2)))
+    params = Params(histograms=histogram_params_of(synthetic.metadata(100_000_000)),
+                    detector=DetectorParams(detector="vpf-ip", max_phases=3))
+    pipe = Pipeline(params, synthetic.BASE_MHZ)
+    tap = PredictionTap.for_pipeline(pipe)
+    for a in range(0, len(samples), 500):
+        iv = pipe.feed(samples.slice(a, a + 500))
+        tap.classified(Classified("", iv, iv.phase))
+    memory = tap.memory("", [0, 1, 2])
+    assert sorted(p for p, _ in memory["phases"]) == [0, 1, 2]
+    again = Pipeline(params, synthetic.BASE_MHZ)
+    again.start_from(pipe.known_phases())
+    assert again.classifier.ids[again.classifier.ids >= 0].tolist() == [0]
+    seeded = PredictionTap.for_pipeline(again, memory)
+    assert set(seeded.predictors[""].memory) == {0}

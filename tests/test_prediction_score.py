@@ -132,6 +132,17 @@ def test_a_long_run_inside_one_block_keeps_every_second_prediction():
     assert score.median_remaining_error == pytest.approx(0.001)
 
 
+def test_a_short_run_after_a_long_one_in_the_same_block_keeps_all_its_predictions():
+    """Thinning is by the run's own length, not its place in the block: the
+    run of 2 × 10 after a run of PENDING + 100 is scored whole (10), the
+    long one every second ((PENDING + 100) / 2), the last run still open."""
+    long = PENDING + 100
+    phases = np.r_[np.zeros(long, np.int64), np.ones(10, np.int64), [2, 2]]
+    score = PredictionScore()
+    score.add(phases, predictions(phases, np.ones(len(phases)), exact_remaining(phases)))
+    assert score.summary()["remaining_scored"] == long // 2 + 10
+
+
 def test_a_wrong_long_run_scores_its_kept_predictions_against_their_own_positions():
     """Across blocks, each kept prediction is scored against what was left
     at its own place in the run: predictions all one too many give errors
