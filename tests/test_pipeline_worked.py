@@ -58,6 +58,14 @@ def test_cpi_is_known_wherever_both_counters_moved_even_by_one():
     assert np.isnan(one.cpi[2:]).all()
 
 
+def test_the_trailing_partial_interval_stays_partial_joined_alone():
+    pipe = Pipeline(by_samples(4), BASE_MHZ, voltage_from_perf_status=False)
+    pipe.feed(hand_batch().slice(0, 6))
+    tail = pipe.finish()
+    assert tail.partial and tail.samples.tolist() == [2] and tail.phase.tolist() == [-1]
+    assert Intervals.join([tail]).partial
+
+
 def test_no_intervals_are_columns_of_length_zero():
     empty = Intervals.empty()
     assert len(empty) == 0
@@ -84,6 +92,7 @@ def test_a_batch_longer_than_a_chunk_gives_what_its_pieces_give(long_batch):
     want = Intervals.join([pieces.feed(long_batch.slice(a, a + 1000))
                            for a in range(0, len(long_batch), 1000)])
     assert whole.samples == pieces.samples == len(long_batch)
+    assert not got.partial and not want.partial     # complete intervals, joined
     for name in ("index", "t_start_ns", "t_end_ns", "instructions", "samples", "phase",
                  "new_phase"):
         assert np.array_equal(getattr(got, name), getattr(want, name)), name
