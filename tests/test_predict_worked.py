@@ -173,21 +173,32 @@ def test_the_tap_hands_out_memory_per_stream_and_forgets_all():
     assert tap.summary("s") is None and tap.predictors == {}
 
 
-def test_the_tap_of_a_pipeline_keeps_to_the_classifiers_live_phases():
+def tapped(schedule, max_phases: int, step: int):
+    """A pipeline of ``max_phases`` over the synthetic ``schedule``, fed
+    ``step`` samples at a time, with the tap of it; and their parameters."""
     from phasewatch.core.batch import concat
     from phasewatch.core.params import DetectorParams, Params, histogram_params_of
     from phasewatch.core.pipeline import Pipeline
     from phasewatch.formats import synthetic
-    samples = concat(list(synthetic.generate(
-        (("compute-a", 4), ("memory", 4), ("mixed", 4), ("compute-a", 4), ("memory", 4)) * 2)))
+    samples = concat(list(synthetic.generate(schedule)))
     params = Params(histograms=histogram_params_of(synthetic.metadata(100_000_000)),
-                    detector=DetectorParams(detector="vpf-ip", max_phases=2))
+                    detector=DetectorParams(detector="vpf-ip", max_phases=max_phases))
     pipe = Pipeline(params, synthetic.BASE_MHZ)
     tap = PredictionTap.for_pipeline(pipe)
-    assert tap.max_phases == 2
-    for a in range(0, len(samples), 500):
-        iv = pipe.feed(samples.slice(a, a + 500))
+    for a in range(0, len(samples), step):
+        iv = pipe.feed(samples.slice(a, a + step))
         tap.classified(Classified("", iv, iv.phase))
+    return pipe, tap, params
+
+
+AGAIN = (("compute-a", 4), ("memory", 4), ("mixed", 4), ("compute-a", 4), ("memory", 4)) * 2
+
+
+def test_the_tap_of_a_pipeline_keeps_to_the_classifiers_live_phases():
+    from phasewatch.core.pipeline import Pipeline
+    from phasewatch.formats import synthetic
+    pipe, tap, params = tapped(AGAIN, 2, 500)
+    assert tap.max_phases == 2
     live = set(pipe.classifier.ids[pipe.classifier.ids >= 0].tolist())
     assert pipe.classifier.retired > 0
     assert set(tap.predictors[""].memory) <= live
@@ -328,19 +339,8 @@ def test_the_tap_predicts_a_block_of_one_interval_and_one_starting_at_any_phase(
 
 
 def test_the_tap_of_a_pipeline_keeps_phase_0_while_it_lives():
-    from phasewatch.core.batch import concat
-    from phasewatch.core.params import DetectorParams, Params, histogram_params_of
-    from phasewatch.core.pipeline import Pipeline
-    from phasewatch.formats import synthetic
-    samples = concat(list(synthetic.generate(
-        (("compute-a", 4), ("memory", 4), ("compute-a", 4), ("mixed", 4), ("compute-a", 4)))))
-    params = Params(histograms=histogram_params_of(synthetic.metadata(100_000_000)),
-                    detector=DetectorParams(detector="vpf-ip", max_phases=2))
-    pipe = Pipeline(params, synthetic.BASE_MHZ)
-    tap = PredictionTap.for_pipeline(pipe)
-    for a in range(0, len(samples), 300):
-        iv = pipe.feed(samples.slice(a, a + 300))
-        tap.classified(Classified("", iv, iv.phase))
+    pipe, tap, _ = tapped((("compute-a", 4), ("memory", 4), ("compute-a", 4), ("mixed", 4),
+                           ("compute-a", 4)), 2, 300)
     # compute-a is phase 0 throughout; memory's phase made way for mixed's
     assert pipe.classifier.retired == 1
     assert set(tap.predictors[""].memory) == {0, 2}
@@ -371,19 +371,9 @@ def test_a_tap_started_from_memory_takes_phase_zeros_too():
     """Phase 0 is a phase like any other: the first run's memory of it is
     taken where the classifier starts from it (it is the one phase a
     classifier of three live phases starts from: half, rounded down)."""
-    from phasewatch.core.batch import concat
-    from phasewatch.core.params import DetectorParams, Params, histogram_params_of
     from phasewatch.core.pipeline import Pipeline
     from phasewatch.formats import synthetic
-    samples = concat(list(synthetic.generate(
-        (("compute-a", 4), ("memory", 4), ("mixed", 4), ("compute-a", 4), ("memory", 4)) * 2)))
-    params = Params(histograms=histogram_params_of(synthetic.metadata(100_000_000)),
-                    detector=DetectorParams(detector="vpf-ip", max_phases=3))
-    pipe = Pipeline(params, synthetic.BASE_MHZ)
-    tap = PredictionTap.for_pipeline(pipe)
-    for a in range(0, len(samples), 500):
-        iv = pipe.feed(samples.slice(a, a + 500))
-        tap.classified(Classified("", iv, iv.phase))
+    pipe, tap, params = tapped(AGAIN, 3, 500)
     memory = tap.memory("", [0, 1, 2])
     assert sorted(p for p, _ in memory["phases"]) == [0, 1, 2]
     again = Pipeline(params, synthetic.BASE_MHZ)

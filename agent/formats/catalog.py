@@ -284,13 +284,7 @@ class Catalog:
 
     def _read_only(self) -> sqlite3.Connection | None:
         """The catalogue as it is, for reading only, where nothing can be written."""
-        try:
-            db = sqlite3.connect(f"file:{quote(os.fsencode(self.path))}?immutable=1", uri=True,
-                                 check_same_thread=False)
-            db.execute("SELECT count(*) FROM phases").fetchone()
-            return db
-        except sqlite3.Error:
-            return None
+        return self._opened_for_reading("immutable=1")
 
     def _reading(self) -> sqlite3.Connection | None:
         """A connection that only reads: with the catalogue's write-ahead log
@@ -298,8 +292,11 @@ class Catalog:
         is, so that no log is made beside it."""
         if not Path(f"{self.path}-wal").exists():
             return self._read_only()
+        return self._opened_for_reading("mode=ro")
+
+    def _opened_for_reading(self, query: str) -> sqlite3.Connection | None:
         try:
-            db = sqlite3.connect(f"file:{quote(os.fsencode(self.path))}?mode=ro", uri=True,
+            db = sqlite3.connect(f"file:{quote(os.fsencode(self.path))}?{query}", uri=True,
                                  check_same_thread=False)
             db.execute("SELECT count(*) FROM phases").fetchone()
             return db
