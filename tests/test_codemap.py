@@ -11,6 +11,7 @@ import zlib
 import numpy as np
 import pytest
 from scaling import growth
+from splitmix import plain_mix
 
 from phasewatch.core.batch import SampleBatch
 from phasewatch.core.codemap import FOREVER, NEVER, CodeMap, code_bins_reference, replaced_at
@@ -60,18 +61,6 @@ def test_kernel_matches_reference(bits, nbins):
     assert out[-1] >= 0                       # an unmapped user address, by its address
     CodeMap.from_mappings(MAPPINGS).bins(ips, t, bits, nbins, out, unmapped=False)
     assert out[-1] == -1 and 0 < (out >= 0).mean() < 1
-
-
-U64 = (1 << 64) - 1
-
-
-def plain_mix(x: int) -> int:
-    """SplitMix64's finaliser, in Python integers."""
-    x ^= x >> 30
-    x = (x * 0xBF58476D1CE4E5B9) & U64
-    x ^= x >> 27
-    x = (x * 0x94D049BB133111EB) & U64
-    return x ^ (x >> 31)
 
 
 def plain_key(name: str) -> int:

@@ -14,6 +14,7 @@ from phasewatch.core import reference
 from phasewatch.core.batch import MISSING, SampleBatch
 from phasewatch.core.decode import F
 from phasewatch.core.params import DetectorParams, IntervalParams, Params
+from splitmix import plain_mix
 
 NAN = math.nan
 V = 32      # IA32_PERF_STATUS: core voltage in bits 47:32, in 1/8192 V
@@ -212,18 +213,6 @@ def test_the_busy_share_is_binned_over_0_to_1():
     assert counts[0, C0] == 4
     assert {i: prof[0, c0 + i] for i in np.flatnonzero(prof[0, c0:c0 + 20])} == \
         {5: 0.25, 10: 0.5, 19: 0.25}
-
-
-U64 = (1 << 64) - 1
-
-
-def plain_mix(x: int) -> int:
-    """SplitMix64's finaliser, in Python integers."""
-    x ^= x >> 30
-    x = (x * 0xBF58476D1CE4E5B9) & U64
-    x ^= x >> 27
-    x = (x * 0x94D049BB133111EB) & U64
-    return x ^ (x >> 31)
 
 
 def address_space_entry(ip: int, bits: int) -> int:
