@@ -51,6 +51,34 @@ def test_each_interval_gives_its_mean_voltage_and_productive_clock():
     assert got.cpi.tolist() == [2.0, 2.0]
 
 
+def test_an_interval_fed_across_batches_gives_what_it_gives_whole():
+    """The accumulator's state carries into the next batch: the same eight
+    samples fed as 3 + 5 rows give the same two intervals."""
+    pipe = Pipeline(by_samples(4), BASE_MHZ, voltage_from_perf_status=False)
+    got = Intervals.join([pipe.feed(hand_batch().slice(0, 3)), pipe.feed(hand_batch().slice(3, 8))])
+    assert got.voltage_mv.tolist() == [1015.0, 985.0]
+    assert np.allclose(got.pfreq_mhz, [5000 / 3, 1250.0])
+    assert got.instructions.tolist() == [3_000_000, 4_000_000]
+    assert got.cycles.tolist() == [6_000_000, 8_000_000]
+
+
+def test_the_lowest_bin_counts_and_an_interval_of_one_sample_is_a_whole_profile():
+    """962 mV is the voltage range's floor (HistogramParams: 962–1080 mV in
+    32 bins): its bin is the first, and counts.  With one sample an interval,
+    each profile holds that sample: one bin at 1 in the voltage segment."""
+    batch = hand_batch()
+    batch = SampleBatch({**{k: batch[k] for k in batch.columns},
+                         "vcore_mv": np.array([962, 962, 1000, 962, 1079, 962, 962, 962],
+                                              np.uint64)})
+    pipe = Pipeline(by_samples(1), BASE_MHZ, voltage_from_perf_status=False)
+    pipe.keep_profiles()
+    got = pipe.feed(batch)
+    assert got.voltage_mv.tolist()[:5] == [962.0, 962.0, 1000.0, 962.0, 1079.0]
+    voltage = got.profiles[:, :32]
+    assert voltage.sum(axis=1).tolist() == [1.0] * len(got)
+    assert voltage[0, 0] == 1.0 and voltage[4, 31] == 1.0
+
+
 def test_cpi_is_known_wherever_both_counters_moved_even_by_one():
     one = Intervals.empty()
     one.instructions, one.cycles = np.array([1, 3, 0, 5]), np.array([3, 1, 4, 0])
@@ -89,8 +117,9 @@ def test_a_batch_longer_than_a_chunk_gives_what_its_pieces_give(long_batch):
     whole = Pipeline(p, synthetic.BASE_MHZ)
     got = whole.feed(long_batch)
     pieces = Pipeline(p, synthetic.BASE_MHZ)
-    want = Intervals.join([pieces.feed(long_batch.slice(a, a + 1000))
-                           for a in range(0, len(long_batch), 1000)])
+    # pieces of 777 rows: intervals of 100 samples run across them
+    want = Intervals.join([pieces.feed(long_batch.slice(a, a + 777))
+                           for a in range(0, len(long_batch), 777)])
     assert whole.samples == pieces.samples == len(long_batch)
     assert not got.partial and not want.partial     # complete intervals, joined
     for name in ("index", "t_start_ns", "t_end_ns", "instructions", "samples", "phase",

@@ -65,7 +65,7 @@ TESTS = {
     "core/source.py": ["test_pipeline.py", "test_daemon_targets.py"],
     "core/driver.py": ["test_pipeline.py", "test_daemon_targets.py"],
     "core/intervals.py": ["test_intervals_worked.py", "test_classify.py", "test_pipeline_runs.py",
-                          "test_counter_ratio.py", "test_pipeline.py"],
+                          "test_counter_ratio.py", "test_pipeline.py", "test_pipeline_worked.py"],
     "core/pipeline.py": ["test_pipeline_setup.py", "test_pipeline_runs.py", "test_counter_ratio.py",
                          "test_pipeline.py", "test_pipeline_worked.py"],
     "core/cpumodels.py": ["test_cpumodels.py", "test_collectors_sysfs.py", "test_decode.py",
