@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +32,8 @@ _ARGTYPES = [_P, _P, _P, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64, ctypes.
 
 def build(out: Path = LIBRARY) -> Path:
     """Compile tick_loop.c into ``out``; raises OSError where no C compiler runs."""
+    import shutil
+    import subprocess
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         raise OSError("no C compiler (cc or gcc) on PATH")

@@ -43,9 +43,10 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The parser; given ``argv``, only the subcommand it names gets its
-    options, so that only that subcommand's module is imported."""
-    chosen = next((a for a in argv if a in COMMANDS), None) if argv is not None else None
+    """The parser; given ``argv``, only the subcommand it names is made, so
+    that only that subcommand's module is imported (the top parser's own
+    ``--help`` before it lists every one)."""
+    chosen = _chosen(argv) if argv is not None else None
     parser = Parser(
         prog="phasewatch",
         description="Online program-phase detection from core voltage, frequency and IPs.")
@@ -53,10 +54,20 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"phasewatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, help_text in COMMANDS.items():
-        command = sub.add_parser(name, help=help_text, description=help_text)
         if chosen in (None, name):
+            command = sub.add_parser(name, help=help_text, description=help_text)
             importlib.import_module(f".{name}", __package__).add_arguments(command)
     return parser
+
+
+def _chosen(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names, unless the top parser's options come first."""
+    for arg in argv:
+        if arg in COMMANDS:
+            return arg
+        if arg in ("-h", "--help", "--version"):
+            return None
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

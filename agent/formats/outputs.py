@@ -20,9 +20,7 @@ from __future__ import annotations
 import errno
 import io
 import os
-import socket
 import stat
-import tempfile
 import time
 from typing import IO, Callable, Iterable
 
@@ -150,6 +148,7 @@ def check_ipc_endpoint(endpoint: str, option: str) -> None:
 def _listening(path: str) -> bool:
     """Whether a process accepts connections on the Unix socket at ``path``
     (one left behind by a process that ended refuses them)."""
+    import socket
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(1.0)
     try:
@@ -222,6 +221,7 @@ class Output:
             return _os_open(path, os.O_WRONLY)
         self._final = os.path.realpath(path)
         directory, name = os.path.split(self._final)
+        import tempfile     # not at import: it costs a command's start-up 2 ms
         try:
             fd, self._temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=directory)
         except OSError as exc:
