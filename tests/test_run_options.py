@@ -81,3 +81,14 @@ def test_output_ending_in_csv_writes_the_same_results_as_csv(abab, tmp_path):
         assert int(row["samples"]) == want["samples"]
         assert row["new_phase"] == ("true" if want["new_phase"] else "false")
         assert (row["distance"] == "") == (want["distance"] is None)
+
+
+def test_the_top_help_lists_every_command_wherever_a_command_follows():
+    # Only the named subcommand's parser is built, unless --help comes first.
+    from phasewatch.cli.main import COMMANDS
+    for argv in (["--help"], ["--help", "run"], ["-h", "replay", "x.arrow"]):
+        listed = phasewatch(*argv).stdout
+        assert all(f"\n    {name}" in listed for name in COMMANDS), (argv, listed)
+    proc = phasewatch("run", "--help")
+    assert proc.returncode == 0 and "usage: phasewatch run" in proc.stdout
+    assert "replay" not in proc.stdout.split("options:")[0]
