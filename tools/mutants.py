@@ -58,7 +58,7 @@ BIN = Path(sys.executable).parent
 #: kernels.py (the choice between compiled kernels and numba's JIT) is
 #: checked by its tests that need no compiling (those that do are left out).
 TESTS = {
-    "core/codemap.py": ["test_codemap.py"],
+    "core/codemap.py": ["test_codemap.py", "test_codemap_worked.py"],
     "core/decode.py": ["test_decode.py"],
     "core/registers.py": ["test_collectors_msr.py", "test_kmod_layout.py", "test_decode.py"],
     "core/batch.py": ["test_pipeline.py", "test_decode.py", "test_trace.py", "test_codemap.py"],
