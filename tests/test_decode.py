@@ -8,7 +8,8 @@ from hypothesis import given, strategies as st
 
 from phasewatch.core import reference
 from phasewatch.core.batch import SampleBatch
-from phasewatch.core.decode import COUNTERS, PROFILE_COUNTERS, DecoderState, F, decode
+from phasewatch.core.decode import (COUNTERS, PROFILE_COUNTERS, DecoderState, F, _drop_implausible,
+                                    decode)
 
 #: A value that could not be read, as docs/formats.md gives it.
 M = 0xFFFF_FFFF_FFFF_FFFF
@@ -367,3 +368,15 @@ def test_counters_not_decoded_read_nan_in_batches_of_the_same_size(n):
                            instructions=np.arange(n) * 3, cycles=np.arange(n) * 3), state, 1000.0)
         assert out[F["d_instructions"]].tolist() == [0.0] * n
         assert out[F["d_cycles"]].tolist() == [0.0] * n
+
+
+def test_the_voltage_bounds_and_the_clock_bound_are_apart():
+    """A voltage is held to the voltage bounds alone, never to the clock's:
+    with bounds of 0..50,000 mV and 10,000 MHz, 20,000 mV stays and
+    20,000 MHz goes, counted as a clock."""
+    out = np.full((len(F), 1), np.nan)
+    out[F["voltage_mv"]] = out[F["freq_mhz"]] = 20_000.0
+    counts = np.zeros(3, np.int64)
+    _drop_implausible(out, 0.0, 50_000.0, 10_000.0, counts)
+    assert out[F["voltage_mv"], 0] == 20_000.0 and np.isnan(out[F["freq_mhz"], 0])
+    assert counts.tolist() == [0, 1, 0]

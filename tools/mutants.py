@@ -58,7 +58,7 @@ BIN = Path(sys.executable).parent
 #: kernels.py (the choice between compiled kernels and numba's JIT) is
 #: checked by its tests that need no compiling (those that do are left out).
 TESTS = {
-    "core/codemap.py": ["test_codemap.py"],
+    "core/codemap.py": ["test_codemap.py", "test_codemap_worked.py"],
     "core/decode.py": ["test_decode.py"],
     "core/registers.py": ["test_collectors_msr.py", "test_kmod_layout.py", "test_decode.py"],
     "core/batch.py": ["test_pipeline.py", "test_decode.py", "test_trace.py", "test_codemap.py"],
@@ -70,7 +70,8 @@ TESTS = {
                          "test_pipeline.py", "test_pipeline_worked.py"],
     "core/cpumodels.py": ["test_cpumodels.py", "test_collectors_sysfs.py", "test_decode.py",
                           "test_settings.py"],
-    "core/histograms.py": ["test_histograms.py", "test_noise_model.py", "test_code_resolutions.py"],
+    "core/histograms.py": ["test_histograms.py", "test_noise_model.py", "test_code_resolutions.py",
+                           "test_histograms_worked.py"],
     "core/reference.py": ["test_reference_worked.py", "test_decode.py", "test_pipeline.py",
                           "test_synthetic_eight.py"],
     "core/settings.py": ["test_settings.py", "test_recorded_settings.py"],
