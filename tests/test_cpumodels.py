@@ -8,11 +8,16 @@ import dataclasses
 import glob
 import re
 
+import numpy as np
 import pytest
 
 from phasewatch.core import cpumodels
+from phasewatch.core.batch import SampleBatch
 from phasewatch.core.cpumodels import (AMD_PRE_ZEN, AMD_ZEN, INTEL_PRE_SKYLAKE, SKYLAKE,
                                        UNKNOWN, VIRTUAL, by_key, lookup)
+from phasewatch.core.histograms import fill_reference
+from phasewatch.core.params import HistogramParams, IntervalParams, Params
+from phasewatch.core.pipeline import Pipeline
 
 #: Family 6 big cores from Skylake on, as intel-family.h (Linux 6.1) numbers them.
 SKYLAKE_AND_LATER = {
@@ -127,3 +132,42 @@ def test_entries_are_found_by_their_keys():
 def test_the_table_entries_cannot_be_changed_in_place():
     with pytest.raises(dataclasses.FrozenInstanceError):
         cpumodels.SKYLAKE.has_pperf = False
+
+
+@pytest.mark.parametrize("entry, volts, top_mhz", [
+    (INTEL_PRE_SKYLAKE, (700.0, 1300.0), 4000.0),
+    (AMD_ZEN, (700.0, 1500.0), 5000.0),
+    (AMD_PRE_ZEN, (700.0, 1500.0), 4000.0),
+])
+def test_each_models_histograms_span_its_voltages_and_clocks(entry, volts, top_mhz):
+    """Voltage in 32 equal bins over the model's range: half a millivolt
+    below the first bin's top edge, lo + (hi - lo) / 32, is bin 0, half a
+    millivolt above it bin 1; around the last bin's floor, hi - (hi - lo) / 32,
+    bins 30 and 31.  Clocks in 64 bins from 0 to the model's top clock: half
+    a MHz either side of top / 64 and of top - top / 64."""
+    hp = HistogramParams.for_model(entry)
+    lo, hi = volts
+    w = (hi - lo) / 32
+    mv = np.array([lo + w - 0.5, lo + w + 0.5, hi - w - 0.5, hi - w + 0.5])
+    assert np.flatnonzero(fill_reference(mv, *hp.voltage_mv, hp.voltage_bins)).tolist() \
+        == [0, 1, 30, 31]
+    w = top_mhz / 64
+    mhz = np.array([w - 0.5, w + 0.5, top_mhz - w - 0.5, top_mhz - w + 0.5])
+    for name, bins in (("pfreq_mhz", hp.pfreq_bins), ("freq_mhz", hp.freq_bins)):
+        assert bins == 64
+        assert np.flatnonzero(fill_reference(mhz, *getattr(hp, name), bins)).tolist() \
+            == [0, 1, 62, 63], name
+
+
+def test_a_trace_that_does_not_tell_its_base_clock_is_decoded_at_3_ghz():
+    """APERF and PPERF half of MPERF's step at the assumed 3 GHz base clock:
+    1500 MHz, to the last bit."""
+    n = 3
+    batch = SampleBatch({"t_ns": np.arange(n, dtype=np.int64), "cpu": np.zeros(n, np.int32),
+                         "tid": np.ones(n, np.int32),
+                         "mperf": np.arange(n, dtype=np.uint64) * 2_000_000,
+                         "aperf": np.arange(n, dtype=np.uint64) * 1_000_000,
+                         "pperf": np.arange(n, dtype=np.uint64) * 1_000_000})
+    params = Params(interval=IntervalParams(kind="samples", samples=2))
+    got = Pipeline.for_trace({}, params).feed(batch)
+    assert got.pfreq_mhz.tolist() == [1500.0]

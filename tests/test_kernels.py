@@ -207,3 +207,145 @@ def test_flags_exactly_a_levels_are_that_level():
 def test_the_source_hash_covers_the_sources():
     import hashlib
     assert kernels.source_hash() != hashlib.sha256().hexdigest()
+
+
+def test_read_only_arrays_of_every_layout_have_the_key_numba_gives():
+    """Writability is a flag bit of its own: a read-only array is neither
+    C- nor F-contiguous for that."""
+    import numba
+    a = np.zeros((3, 4))
+    views = [a.T, a[:, ::2], a[0]]
+    for v in views:
+        v.flags.writeable = False
+        assert kernels.call_key([v]) == (kernels.numba_key(numba.typeof(v)),), v.flags
+    assert [kernels.call_key([v])[0][2] for v in views] == [0x2, 0x0, 0x1]
+
+
+def write_manifest(monkeypatch, tmp_path, **fields) -> None:
+    """An ahead-of-time manifest in ``tmp_path`` for sources whose stamps
+    and hash are stand-ins; its one entry is a function of core.params."""
+    monkeypatch.delenv("PHASEWATCH_KERNELS", raising=False)     # the module, not the JIT asked for
+    monkeypatch.setattr(kernels, "package_dir", lambda: tmp_path)
+    monkeypatch.setattr(kernels, "source_stamps", lambda: [["core/x.py", 10, 20]])
+    monkeypatch.setattr(kernels, "source_hash", lambda: "a" * 64)
+    monkeypatch.setattr(kernels, "cpu_flags", lambda: kernels.CPU_LEVELS["x86-64-v2"])
+    monkeypatch.setattr(kernels, "AOT_MODULE", "params")
+    index = {"numpy": np.__version__, "cpu": "", "stamps": [["core/x.py", 10, 20]],
+             "sources": "a" * 64, "kernels": {"k": [[["d", 1, 0x401], "cpu_model_of"]]}}
+    (tmp_path / kernels.MANIFEST).write_text(json.dumps({**index, **fields}))
+
+
+def test_the_module_is_taken_where_either_its_stamps_or_its_hash_are_these_sources(
+        monkeypatch, tmp_path):
+    from phasewatch.core.params import cpu_model_of
+    for fields in ({"sources": "0" * 64}, {"stamps": []}):
+        write_manifest(monkeypatch, tmp_path, **fields)
+        entries, status = kernels._load()
+        assert entries == {"k": [(["d", 1, 0x401], cpu_model_of)]}
+        assert status == "ahead-of-time (1 entries, generic CPU)"
+    write_manifest(monkeypatch, tmp_path, stamps=[], sources="0" * 64)
+    assert kernels._load() == ({}, "just-in-time: the ahead-of-time module is older than the "
+                                   "sources (make install)")
+
+
+def test_the_status_names_the_level_the_module_was_built_for(monkeypatch, tmp_path):
+    write_manifest(monkeypatch, tmp_path, cpu="x86-64-v2")
+    assert kernels._load()[1] == "ahead-of-time (1 entries, x86-64-v2)"
+
+
+def test_a_module_that_does_not_load_leaves_the_jit(monkeypatch, tmp_path):
+    write_manifest(monkeypatch, tmp_path)
+    monkeypatch.setattr(kernels, "AOT_MODULE", "_no_such_kernels")
+    entries, status = kernels._load()
+    assert entries == {}
+    assert status.startswith("just-in-time: the ahead-of-time module does not load (No module")
+
+
+def test_a_kernel_numba_cannot_cache_is_compiled_without_its_cache(monkeypatch):
+    """numba refuses ``cache=True`` where it finds no folder to write its
+    cache to (a RuntimeError, "cannot cache function ..."); the kernel is then
+    compiled with its other options and no cache.  As root here every folder
+    is writable, so numba's njit is stood in for.  Another error of numba's
+    is raised."""
+    asked = []
+
+    class Numba:
+        @staticmethod
+        def njit(**options):
+            asked.append(options)
+            if options.get("cache"):
+                raise RuntimeError("cannot cache function 'f': no locator available for file 'f.py'")
+            return lambda func: ("compiled", func)
+
+    def f(x):
+        return x
+    monkeypatch.setattr(kernels, "REGISTRY", {})
+    monkeypatch.setattr(kernels, "_numba", lambda: Numba)
+    k = kernels.Kernel(f, {"cache": True, "nogil": True})
+    assert k.dispatcher == ("compiled", f)
+    assert asked == [{"cache": True, "nogil": True}, {"cache": False, "nogil": True}]
+
+    class Failing:
+        @staticmethod
+        def njit(**options):
+            raise RuntimeError("unsupported")
+    monkeypatch.setattr(kernels, "_numba", lambda: Failing)
+    with pytest.raises(RuntimeError, match="unsupported"):
+        kernels.Kernel(f, {"cache": True})._jit()
+
+
+def test_numba_types_a_kernel_inside_another_as_its_dispatcher():
+    from numba.extending import typeof_impl
+    kernels._numba()
+    assert typeof_impl.dispatch(kernels.Kernel) is not typeof_impl.dispatch(object)
+
+
+def python_says(code: str) -> list[str]:
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.split()
+
+
+def test_numba_loads_without_probing_for_scipy_and_leaves_a_loaded_scipy_alone():
+    check = ("import sys\nfrom phasewatch.core import kernels\nkernels._skip_blas_probe()\n"
+             "print('numba.np.arraymath' in sys.modules, sys.modules.get('scipy.linalg') is S)\n")
+    assert python_says("S = None\n" + check) == ["True", "True"]
+    loaded = "import sys, types\nS = sys.modules['scipy.linalg'] = types.ModuleType('linalg')\n"
+    assert python_says(loaded + check) == ["False", "True"]
+
+
+def test_a_fixed_call_finds_its_kernel_once_and_gives_the_kernels_results():
+    fixed = histograms.value_bins.fixed()
+    out = np.empty(3, np.int32)
+    fixed(np.array([0.5, 1.5, 9.0]), 0.0, 2.0, 2, out)
+    assert out.tolist() == [0, 1, 1]
+    first = fixed.run
+    fixed(np.array([1.5, 0.2, np.nan]), 0.0, 2.0, 2, out)
+    assert out.tolist() == [1, 0, -1] and fixed.run is first
+
+
+def test_calls_are_recorded_only_when_asked(monkeypatch):
+    monkeypatch.setattr(histograms.value_bins, "seen", set())
+    out = np.empty(2, np.int16)                 # no compiled entry: the JIT
+    histograms.value_bins(np.array([0.2, 0.7]), 0.0, 1.0, 2, out)
+    assert out.tolist() == [0, 1] and histograms.value_bins.seen == set()
+
+
+def test_recording_sets_the_compiled_entries_aside(monkeypatch):
+    calls = []
+    key = kernels.call_key([np.zeros(2), 0.0, 1.0, 2, np.zeros(2, np.int32)])
+    monkeypatch.setattr(histograms.value_bins, "_aot", {key: lambda *args: calls.append(1)})
+    monkeypatch.setattr(histograms.value_bins, "seen", set())
+    monkeypatch.setattr(kernels, "_recording", False)
+    monkeypatch.setattr(kernels, "_entries", None)
+    monkeypatch.setattr(kernels, "_status", kernels._status)
+    kernels.record_calls()
+    try:
+        out = np.empty(2, np.int32)
+        histograms.value_bins(np.array([0.2, 0.7]), 0.0, 1.0, 2, out)
+        assert calls == [] and out.tolist() == [0, 1]
+        assert len(histograms.value_bins.seen) == 1
+    finally:
+        for k in kernels.REGISTRY.values():
+            k._aot = None

@@ -199,3 +199,46 @@ def test_known_phases_of_another_layout_are_left_out(known):
 def test_without_a_next_id_ids_start_at_zero(known):
     assert started({"profile": known["profile"], "phases": []})["next_id"] == 0
     assert started({**known, "profile": "vpf:1,2"})["next_id"] == 0     # not this layout
+
+
+def test_an_empty_batch_completes_no_interval():
+    pipe = Pipeline(by_samples(4), BASE_MHZ, voltage_from_perf_status=False)
+    got = pipe.feed(hand_batch().slice(0, 0))
+    assert len(got) == 0 and pipe.stats().samples == 0
+    assert pipe.feed(hand_batch()).samples.tolist() == [4, 4]
+
+
+def test_the_stats_of_a_summary_cannot_be_changed():
+    stats = Pipeline(by_samples(4), BASE_MHZ).stats()
+    with pytest.raises(AttributeError):
+        stats.samples = 5
+    assert stats.samples == 0
+
+
+def test_a_trace_without_a_base_frequency_is_read_at_3_ghz():
+    """cpumodels.FALLBACK_BASE_HZ, 3 GHz: the same PPERF steps as above give
+    3000 × PPERF / MPERF, means 5000 / 3 and 1250 MHz."""
+    got = Pipeline.for_trace({"voltage_source": "hwmon"}, by_samples(4)).feed(hand_batch())
+    assert np.allclose(got.pfreq_mhz, [5000 / 3, 1250.0], rtol=1e-12, atol=0)
+    assert got.voltage_mv.tolist() == [1015.0, 985.0]
+
+
+@pytest.mark.parametrize("detector, tolerance, cpi_kept", [
+    ("vpf", 0.05, False),           # the thesis's detector uses no CPI
+    ("vpf-ip", 0.0, False),         # the gate off: as if the CPI were not counted
+    ("vpf-ip", 0.05, True),
+])
+def test_phases_keep_a_cpi_only_where_the_detector_gates_on_it(detector, tolerance, cpi_kept):
+    """hand_batch counts 2 million cycles a million instructions: log CPI
+    log 2 in both intervals, where the phases keep one at all."""
+    p = Params(interval=IntervalParams(kind="samples", samples=4),
+               detector=DetectorParams(detector=detector, cpi_tolerance=tolerance))
+    pipe = Pipeline(p, BASE_MHZ, voltage_from_perf_status=False)
+    pipe.feed(hand_batch())
+    phases = pipe.known_phases()["phases"]
+    assert phases
+    if cpi_kept:
+        assert sum(k["cpi_n"] for k in phases) == 2
+        assert all(np.isclose(k["log_cpi"], np.log(2.0)) for k in phases)
+    else:
+        assert all(k["cpi_n"] == 0 and k["log_cpi"] == 0.0 for k in phases)

@@ -381,3 +381,27 @@ def test_a_tap_started_from_memory_takes_phase_zeros_too():
     assert again.classifier.ids[again.classifier.ids >= 0].tolist() == [0]
     seeded = PredictionTap.for_pipeline(again, memory)
     assert set(seeded.predictors[""].memory) == {0}
+
+
+def test_the_tap_of_a_pipeline_forgets_a_phase_merged_away():
+    """One sample an interval, voltage alone: 1000 mV opens phase 0, 1030 mV
+    phase 1; intervals stepping down from 1026 to 1000 mV twice draw phase
+    1's centroid onto phase 0's, and the two merge into the older: phase 1
+    is retired.  The predictor, which knew both, keeps only phase 0."""
+    from phasewatch.core.batch import SampleBatch
+    from phasewatch.core.params import DetectorParams, IntervalParams, Params
+    from phasewatch.core.pipeline import Pipeline
+    mv = [1000] * 4 + [1030] * 4 + [1026, 1022, 1018, 1014, 1010, 1006, 1003, 1000] * 2
+    n = len(mv)
+    batch = SampleBatch({"t_ns": np.arange(n, dtype=np.int64) * 1_000_000,
+                         "cpu": np.zeros(n, np.int32), "tid": np.full(n, 7, np.int32),
+                         "vcore_mv": np.array(mv, np.uint64)})
+    pipe = Pipeline(Params(interval=IntervalParams(kind="samples", samples=1),
+                           detector=DetectorParams(detector="vpf")),
+                    3000.0, voltage_from_perf_status=False)
+    tap = PredictionTap.for_pipeline(pipe)
+    iv = pipe.feed(batch)
+    tap.classified(Classified("", iv, iv.phase))
+    assert {0, 1} <= set(iv.phase.tolist())
+    assert pipe.classifier.retired == 1 and pipe.classifier.ids.tolist() == [0, -1]
+    assert list(tap.predictors[""].memory) == [0]

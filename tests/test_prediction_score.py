@@ -177,3 +177,54 @@ def test_a_run_of_exactly_pending_intervals_is_thinned(block):
         score.add(phases[lo:hi], predictions(phases[lo:hi], np.ones(hi - lo), truth[lo:hi]))
     ones_before = 1
     assert score.summary()["remaining_scored"] == ones_before + PENDING // 2
+
+
+def test_an_error_of_exactly_the_cap_is_counted_as_capped():
+    """Errors are binned up to 4 (ERROR_CAP), 4 and beyond in one bin, whose
+    median reads 4: said 4 on a run's last interval (true 0) is an error of
+    4 / 1; said 50 there, 50."""
+    for said, median in ((4, 4.0), (50, 4.0), (3, 3.001)):
+        score = PredictionScore()
+        score.add(np.array([0, 1]), predictions([1, 1], [1, 0], [said, 0]))
+        assert score.summary()["remaining_scored"] == 1
+        assert score.median_remaining_error == pytest.approx(median, abs=1e-9), said
+
+
+def test_a_long_run_ended_by_the_next_blocks_first_interval_keeps_every_second():
+    """A run of 10,000 intervals in one block (PENDING or more) keeps every
+    second of its predictions (5,000); the next block opens with another
+    phase, which ends the run there: those 5,000 are scored, no fewer."""
+    length = 10_000
+    phases = np.r_[np.zeros(length, np.int64), [1]]
+    truth = exact_remaining(phases)
+    score = PredictionScore()
+    score.add(phases[:length], predictions(phases[:length], np.ones(length), truth[:length]))
+    assert score.summary()["remaining_scored"] == 0
+    score.add(phases[length:], predictions([1], [0], [0]))
+    assert score.summary()["remaining_scored"] == 5_000
+    assert score.errors[0] == 5_000
+
+
+def test_an_empty_block_gets_no_prediction_and_starts_no_stream():
+    from phasewatch.core.pipeline import Intervals
+    from phasewatch.core.prediction import PredictionTap
+    from phasewatch.core.source import Classified
+    tap = PredictionTap()
+    iv = Intervals.empty()
+    tap.classified(Classified("s", iv, iv.phase))
+    assert iv.prediction is None and tap.predictors == {} and tap.scores == {}
+
+
+def test_arrays_reach_the_kernels_whole_and_writable():
+    """The ahead-of-time kernels are built for C-contiguous, writable
+    arrays: a strided view and a read-only array are copied into such, one
+    already so is passed as it is."""
+    from phasewatch.core.prediction import _plain
+    a = np.arange(10, dtype=np.int64)
+    assert _plain(a) is a
+    frozen = np.arange(4, dtype=np.int64)
+    frozen.flags.writeable = False
+    for given in (a[::2], frozen):
+        got = _plain(given)
+        assert got.flags.c_contiguous and got.flags.writeable
+        assert got.tolist() == given.tolist()

@@ -9,11 +9,12 @@ import math
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from phasewatch.core import detectors
 from phasewatch.core.cpumodels import UNKNOWN
-from phasewatch.core.params import (HistogramParams, IntervalParams, histogram_params_of,
+from phasewatch.core.params import (HistogramParams, IntervalParams, Params, histogram_params_of,
                                     histograms_dict, interval_dict, interval_params_of)
 from phasewatch.core.settings import (LIMITS, DetectionSettings, Limit, best_detector,
                                       choose_detector, detector_label, interval_of)
@@ -338,3 +339,33 @@ def test_parameters_are_values_that_cannot_be_changed_and_can_be_keys():
             value.kind = "changed"
         assert {value: 1}[type(value)()] == 1
 
+
+
+def test_the_streams_arguments_may_be_named_and_its_options_must_be():
+    """``signals`` and ``warn`` by name as well as by place; the options
+    after them (the default interval, falling back) only by name."""
+    from phasewatch.core.settings import pipeline_for
+    said = []
+    fitted = DetectionSettings().for_stream(signals=VOLTAGE, warn=said.append)
+    assert fitted.detector == "vpf" and said == []
+    with pytest.raises(TypeError):
+        DetectionSettings().for_stream(VOLTAGE, said.append, IntervalParams(kind="samples"))
+    meta = {"interval": {"kind": "samples", "samples": 10}}
+    pipeline = pipeline_for(meta=meta, settings=DetectionSettings(), signals=VOLTAGE,
+                            warn=said.append)
+    assert pipeline.params.interval == IntervalParams(kind="samples", samples=10)
+    with pytest.raises(TypeError):
+        pipeline_for(meta, DetectionSettings(detector="vpf"), IP_ONLY, said.append, True)
+
+
+def test_a_recording_in_time_mode_without_a_length_ends_intervals_every_100_ms():
+    """IntervalParams: in time mode an interval ends at the first sample at or
+    past the next multiple of the length from the first sample; 100 ms when
+    the metadata gives none.  Samples 1 ns either side of 100 ms: the one at
+    100 ms ends the first, the one at 200 ms the second."""
+    from phasewatch.core.reference import interval_ends
+    interval = interval_params_of({"interval": {"kind": "time"}})
+    t = np.array([0, 99_999_999, 100_000_000, 100_000_001, 199_999_999, 200_000_000], np.int64)
+    ends = interval_ends(t, np.zeros(len(t)), Params(interval=interval))
+    assert ends.tolist() == [2, 5]
+    assert interval.describe() == "every 100 ms"
