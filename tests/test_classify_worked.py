@@ -1,0 +1,228 @@
+"""The classifier's rules worked by hand on profiles whose distances are
+exact: point masses in ordered bins, so that the cumulative distance of two
+points is how many bins lie between them over the bins less one.  Each case
+is run through the kernel and the plain-Python reference, and both must give
+the decisions worked out here from the rules in agent/core/classify.py and
+docs/detectors.md (the stay margin of 0.05, a distance equal to the threshold
+being within it, a candidate confirmed by the next interval, at most eight
+candidates waiting, merges at powers of two and every 16 joins, the CPI band
+and its fit to the run from the eighth interval with a CPI)."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from phasewatch.core.classify import (MATCHED, NO_DATA, TENTATIVE, ClassifierState, KnownPhase,
+                                      classify, classify_reference, interval_log_cpi,
+                                      threshold_history, _merge_into, _oldest,
+                                      cpi_out_of_tolerance)
+from phasewatch.core.params import DetectorParams
+
+M, N, T = MATCHED, NO_DATA, TENTATIVE
+# slot columns: id, interval last used, kind, members with a known CPI, joins
+ID, USED_AT, KIND, CPI_N, JOINS = range(5)
+PHASE, CANDIDATE = 1, 2
+LOG_CPI, CPI_LAST, CPI_D2 = range(3)
+RUN_N = 4                   # threshold state: intervals with a CPI counted for the run's spread
+
+
+class Layout:
+    """``segments`` cumulative (ordered-bin) segments of ``bins`` bins each."""
+
+    def __init__(self, bins, segments=1):
+        self.bins, self.segments = bins, segments
+        self.bounds = np.arange(segments + 1) * bins
+        self.kinds = np.zeros(segments, np.int64)
+        self.used = np.ones(segments, bool)
+
+    def interval(self, *parts):
+        """``parts``: per segment with samples, (segment, {bin: weight})
+        or (segment, bin) for a point; 30 samples in each of them."""
+        x = np.zeros(self.bins * self.segments)
+        counts = np.zeros(self.segments, np.int64)
+        for seg, where in parts:
+            where = where if isinstance(where, dict) else {where: 1.0}
+            for b, w in where.items():
+                x[seg * self.bins + b] = w
+            counts[seg] = 30
+        return x, counts
+
+    def point(self, b):
+        return self.interval((0, b))
+
+    def arrays(self, intervals):
+        return (np.array([x for x, _ in intervals]),
+                np.array([c for _, c in intervals], np.int64))
+
+    def kernel(self, intervals, params, log_cpi=None, tol=0.0, state=None):
+        prof, counts = self.arrays(intervals)
+        state = state or ClassifierState(len(prof[0]), self.segments, params, capacity=1)
+        return classify(prof, counts, self.bounds, self.kinds, self.used, state,
+                        None if log_cpi is None else np.array(log_cpi, float), tol)
+
+    def reference(self, intervals, params, log_cpi=None, tol=0.0):
+        prof, counts = self.arrays(intervals)
+        return classify_reference(prof, counts, self.bounds, self.kinds, self.used, params,
+                                  None if log_cpi is None else np.array(log_cpi, float), tol)
+
+    def both(self, intervals, params, log_cpi=None, tol=0.0):
+        return [self.kernel(intervals, params, log_cpi, tol),
+                self.reference(intervals, params, log_cpi, tol)]
+
+
+def check(got, phase=None, status=None, new=None, distance=None):
+    for d in got:
+        if phase is not None:
+            assert d.phase.tolist() == phase
+        if status is not None:
+            assert d.status.tolist() == status
+        if new is not None:
+            assert d.new_phase.tolist() == new
+        if distance is not None:
+            assert np.allclose(d.distance, distance, equal_nan=True, rtol=0, atol=1e-12), \
+                d.distance.tolist()
+
+
+# -- staying in the previous phase: the margin of 0.05 ---------------------
+
+HUNDRED = Layout(101)       # a point's distance to another: bins between them / 100
+
+
+def stay_case(layout, a, b, x, threshold):
+    """Phase 0 at bin ``a``, phase 1 at bin ``b`` (the previous phase), then
+    an interval at bin ``x``."""
+    ivs = [layout.point(a), layout.point(a), layout.point(b), layout.point(b), layout.point(x)]
+    return layout.both(ivs, DetectorParams(threshold=threshold))
+
+
+@pytest.mark.parametrize("x_bin, last_phase", [
+    (31, 1),    # 0.31 from phase 0, 0.35 from phase 1: nearer phase 0 by 0.04, stays in 1
+    (30, 0),    # 0.30 against 0.36: nearer by 0.06, beyond the margin: moves to phase 0
+    (26, 0),    # 0.40 from phase 1, the threshold itself, but phase 0 is 0.14 nearer
+])
+def test_an_interval_stays_unless_another_phase_is_nearer_by_more_than_the_margin(x_bin,
+                                                                                   last_phase):
+    got = stay_case(HUNDRED, 0, 66, x_bin, threshold=0.4)
+    check(got, phase=[0, 0, 1, 1, last_phase], status=[M] * 5)
+
+
+def test_nearer_by_exactly_the_margin_stays():
+    # 21 bins: 0.25 from phase 0 and 0.30 from phase 1, 0.25 + 0.05 == 0.30 exactly
+    got = stay_case(Layout(21), 0, 11, 5, threshold=0.4)
+    check(got, phase=[0, 0, 1, 1, 1], distance=[np.nan, 0, 0.55, 0, 0.3])
+
+
+def test_at_the_threshold_from_two_phases_it_stays_in_the_previous_one():
+    # 0.40 from both, the threshold: within it, and no phase is nearer
+    got = stay_case(HUNDRED, 0, 80, 40, threshold=0.4)
+    check(got, phase=[0, 0, 1, 1, 1], status=[M] * 5, distance=[np.nan, 0, 0.8, 0, 0.4])
+
+
+FIVE = Layout(5)            # a point's distance to another: bins between them / 4
+
+
+def test_a_phase_exactly_at_the_threshold_is_taken():
+    # the interval at bin 1 is 0.75 from the previous phase (bin 4), 0.25 from phase 0
+    ivs = [FIVE.point(0), FIVE.point(0), FIVE.point(4), FIVE.point(4), FIVE.point(1)]
+    got = FIVE.both(ivs, DetectorParams(threshold=0.25))
+    check(got, phase=[0, 0, 1, 1, 0], status=[M] * 5, distance=[np.nan, 0, 1, 0, 0.25])
+
+
+def test_a_candidate_exactly_at_the_threshold_is_waited_on():
+    # E (bin 4) waits; then x (bin 3) is 0.25 from it: it joins E's candidate,
+    # and the next x confirms it, 0.125 from the mean of E and x
+    e, a, x = FIVE.point(4), FIVE.point(0), FIVE.point(3)
+    got = FIVE.both([a, a, e, a, x, x], DetectorParams(threshold=0.25))
+    check(got, phase=[0, 0, 0, 0, 1, 1], status=[M, M, T, M, M, M],
+          new=[True, False, False, False, True, False],
+          distance=[np.nan, 0, 1, 0, 0.75, 0.125])
+
+
+NINE = Layout(9)            # bins between over 8
+
+
+def test_the_candidate_just_opened_exactly_at_the_threshold_is_confirmed():
+    # E (bin 3) waits; F (bin 0) opens a candidate (0.375 from E); y (bin 2) is
+    # 0.25 from F, the threshold, and 0.125 from E: F's candidate, opened just
+    # before, is confirmed, not E's
+    a, e, f, y = NINE.point(8), NINE.point(3), NINE.point(0), NINE.point(2)
+    got = NINE.both([a, a, e, a, f, y], DetectorParams(threshold=0.25))
+    check(got, phase=[0, 0, 0, 0, 1, 1], status=[M, M, T, M, M, M],
+          new=[True, False, False, False, True, False],
+          distance=[np.nan, 0, 0.625, 0, 1.0, 0.25])
+
+
+def test_a_phase_with_no_segment_in_common_is_at_distance_one():
+    """Phase 0 has samples only in the third segment, phase 1 only in the
+    first; an interval 1 from phase 1 (opposite ends of the first segment)
+    and with nothing in common with phase 0 is 1 from both: it is tentative
+    and labelled with the phase in the lower slot, phase 0."""
+    lay = Layout(5, segments=3)
+    a = lay.interval((2, 0))
+    b = lay.interval((0, 0))
+    x = lay.interval((0, 4), (1, 2))
+    got = lay.both([a, a, b, b, x], DetectorParams(threshold=0.2))
+    check(got, phase=[0, 0, 1, 1, 0], status=[M, M, M, M, T],
+          new=[True, False, True, False, False], distance=[np.nan, 0, 1, 0, 1])
+
+
+# -- the threshold each interval was judged against -----------------------
+
+ADAPTIVE = DetectorParams(threshold=0.3, adaptive=True, adaptive_alpha=0.5, adaptive_z=2.0,
+                          adaptive_min=0.05, adaptive_max=0.5, adaptive_warmup=2)
+# joins at 0.1, 0.3, 0.2: means 0.1, 0.2, 0.2; variances 0, 0.5 * 0.5 * 0.2**2 = 0.01,
+# 0.5 * 0.01 = 0.005; from the second join, mean + 2 standard deviations
+AFTER_TWO, AFTER_THREE = 0.2 + 2 * 0.1, 0.2 + 2 * math.sqrt(0.005)
+
+
+def test_the_adaptive_threshold_moves_by_the_distances_of_joins_all_matched_if_no_status():
+    got = threshold_history([np.nan, 0.1, 0.3, 0.2, 0.2], [True, False, False, False, False],
+                            ADAPTIVE)
+    assert np.allclose(got, [0.3, 0.3, 0.3, AFTER_TWO, AFTER_THREE])
+
+
+def test_new_phases_tentative_intervals_and_no_data_do_not_move_the_threshold():
+    distance = [np.nan, 0.1, 0.9, 0.9, np.nan, 0.3, 0.2, 0.2]
+    new = [True, False, True, False, False, False, False, False]
+    status = np.array([M, M, M, T, N, M, M, M], np.int8)
+    got = threshold_history(distance, new, ADAPTIVE, status)
+    assert np.allclose(got, [0.3, 0.3, 0.3, 0.3, 0.3, 0.3, AFTER_TWO, AFTER_THREE])
+
+
+def test_a_fixed_threshold_is_the_threshold_throughout():
+    fixed = DetectorParams(threshold=0.3, adaptive=False, adaptive_warmup=1)
+    got = threshold_history([np.nan, 0.1, 0.1], [True, False, False], fixed,
+                            np.zeros(3, np.int8))
+    assert got.tolist() == [0.3, 0.3, 0.3]
+
+
+# -- log CPI, the state's limits and its table ----------------------------
+
+def test_log_cpi_of_one_instruction_and_none_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = interval_log_cpi(np.array([1, 0, 5, 4]), np.array([2, 7, 0, 4]))
+    assert got[0] == math.log(2) and np.isnan(got[1]) and np.isnan(got[2]) and got[3] == 0.0
+
+
+@pytest.mark.parametrize("field", ["max_phases", "memory"])
+def test_a_state_needs_at_least_one_phase_and_one_member(field):
+    with pytest.raises(ValueError, match=f"{field} 0: at least 1"):
+        ClassifierState(4, 1, DetectorParams(**{field: 0}))
+
+
+def test_the_table_grows_as_slots_are_needed_up_to_the_phases_and_eight_candidates():
+    """One phase at most, then nine intervals each unlike all before (each in
+    a segment of its own): eight candidates wait, the ninth takes the oldest's
+    slot, so the table ends at 1 + 8 slots; two intervals of one phase need
+    one slot."""
+    lay = Layout(3, segments=10)
+    params = DetectorParams(max_phases=1)
+    state = ClassifierState(30, 10, params, capacity=1)
+    lay.kernel([lay.interval((0, 0))] * 2, params, state=state)
+    assert len(state.centroids) == 1
+    got = lay.kernel([lay.interval((s, 0)) for s in range(1, 10)], params, state=state)
+    assert got.status.tolist() == [T] * 9 and got.phase.tolist() == [0] * 9
+    assert len(state.centroids) == 9 and state.ids.tolist() == [0] + [-1] * 8
