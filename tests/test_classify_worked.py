@@ -226,3 +226,138 @@ def test_the_table_grows_as_slots_are_needed_up_to_the_phases_and_eight_candidat
     got = lay.kernel([lay.interval((s, 0)) for s in range(1, 10)], params, state=state)
     assert got.status.tolist() == [T] * 9 and got.phase.tolist() == [0] * 9
     assert len(state.centroids) == 9 and state.ids.tolist() == [0] + [-1] * 8
+
+
+# -- the CPI gate, its band and its fit to the run -------------------------
+
+def test_the_band_is_fitted_to_the_run_from_its_eighth_interval_with_a_cpi():
+    """The first interval (CPI 0.9) is start-up: the second does not fit it
+    and takes its phase over, and the run's spread counts from the second.
+    Eight intervals at 0 and 0.1 in turn: a standard deviation of 0.05, so
+    the tolerance of 0.5 narrows to 0.05; the phase's own scatter (squared
+    differences 7 * 0.01 over 2 * 7) allows 4 * sqrt(0.005) = 0.283.  A tenth
+    interval 0.4 from the phase's mean (0.05) is kept out; a ninth, before
+    the fit, is not."""
+    five = Layout(5)
+    ivs = [five.point(0)] + [five.point(4)] * 9
+    params = DetectorParams(threshold=0.2, cpi_run_share=1.0, cpi_floor=0.01)
+    cpis = [0.9] + [0.0, 0.1] * 4 + [0.45]
+    got = five.both(ivs, params, cpis, tol=0.5)
+    check(got, phase=[0] * 10, status=[M] * 9 + [T], distance=[np.nan, 1] + [0] * 7 + [1])
+    early = five.both(ivs[:9], params, cpis[:8] + [0.45], tol=0.5)
+    check(early, status=[M] * 9)
+
+
+def test_a_run_whose_cpi_never_varied_is_cut_at_the_floor():
+    """Nine intervals at log CPI 0.1: the run's spread is 0, so the tolerance
+    of 0.05 narrows to the floor, 0.01, and an interval 0.03 away is kept out."""
+    five = Layout(5)
+    params = DetectorParams(threshold=0.2, cpi_run_share=1.0, cpi_floor=0.01)
+    got = five.both([five.point(0)] * 10, params, [0.1] * 9 + [0.13], tol=0.05)
+    check(got, phase=[0] * 10, status=[M] * 9 + [T], distance=[np.nan] + [0] * 8 + [1])
+
+
+def test_a_cpi_exactly_at_the_band_is_within_it():
+    ints = np.array([0, 0, PHASE, 1, 0], np.int64)
+    assert not cpi_out_of_tolerance(0.5, ints, np.array([0.25, 0.25, 0.0]), 0.25)
+    assert cpi_out_of_tolerance(0.5, ints, np.array([0.25, 0.25, 0.0]), 0.2)
+    five = Layout(5)
+    params = DetectorParams(threshold=0.2, cpi_run_share=0.0)
+    got = five.both([five.point(0)] * 3, params, [0.0, 0.0, 0.25], tol=0.25)
+    check(got, status=[M] * 3)
+    got = five.both([five.point(0)] * 3, params, [0.0, 0.0, 0.25 + 2 ** -10], tol=0.25)
+    check(got, status=[M, M, T])
+
+
+@pytest.mark.parametrize("probe", [0.35, -0.15])
+def test_a_phase_of_one_member_has_exactly_that_members_cpi(probe):
+    """The first phase holds one interval (log CPI 0.1); the next, exactly
+    the tolerance away on either side, is within it (without candidates, a
+    second interval kept out would open a phase of its own)."""
+    five = Layout(5)
+    params = DetectorParams(threshold=0.2, cpi_run_share=0.0, probation=False)
+    got = five.both([five.point(0)] * 2, params, [0.1, probe], tol=abs(probe - 0.1))
+    check(got, phase=[0, 0], status=[M, M])
+
+
+def test_without_a_tolerance_the_cpi_keeps_no_interval_out():
+    five = Layout(5)
+    prof, counts = five.arrays([five.point(0)] * 3)
+    cpis = np.array([0.0, 0.0, 2.0])
+    params = DetectorParams(threshold=0.2)
+    got = classify(prof, counts, five.bounds, five.kinds, five.used,
+                   ClassifierState(5, 1, params), cpis)
+    want = classify_reference(prof, counts, five.bounds, five.kinds, five.used, params, cpis)
+    check([got, want], phase=[0, 0, 0], status=[M] * 3)
+
+
+def test_a_known_phase_without_a_cpi_takes_its_first_members_exactly():
+    """A known phase given without CPI fields has no member with a known CPI:
+    an interval far from 0 in CPI is not kept out, and the phase's CPI is
+    then that one member's, with no scatter."""
+    five = Layout(5)
+    params = DetectorParams(threshold=0.2, cpi_run_share=0.0)
+    state = ClassifierState(5, 1, params)
+    state.seed([KnownPhase(4, five.point(0)[0], np.array([3]), np.array([30.0]), 3)], next_id=0)
+    got = five.kernel([five.point(0)], params, [0.1], tol=0.05, state=state)
+    assert got.phase.tolist() == [4] and got.status.tolist() == [M]
+    (known,) = state.known()
+    assert (known.cpi_n, known.log_cpi, known.cpi_last, known.cpi_d2) == (1, 0.1, 0.1, 0.0)
+
+
+# -- merging, retiring and reseeding slots ---------------------------------
+
+def table(rows, width=4, segments=2):
+    return (np.zeros((rows, width)), np.zeros((rows, segments), np.int64),
+            np.zeros((rows, segments)), np.zeros((rows, 5), np.int64), np.zeros((rows, 3)))
+
+
+def test_a_merge_folds_every_segment_the_other_phase_has_and_a_single_cpi_member():
+    centroids, members, mean_samples, slots, cpi = table(2)
+    centroids[0], centroids[1] = [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0]
+    members[0], members[1] = [2, 1], [0, 3]         # the other has nothing in the first segment
+    mean_samples[0], mean_samples[1] = [10.0, 20.0], [0.0, 40.0]
+    slots[0] = [0, 5, PHASE, 2, 3]
+    slots[1] = [1, 6, PHASE, 1, 3]
+    cpi[0], cpi[1] = [0.0, 0.0, 0.0], [0.3, 0.3, 0.0]
+    _merge_into(0, 1, centroids, members, mean_samples, slots, cpi, np.array([0, 2, 4]), 16)
+    # second segment 1 : 3, so the other side weighs 3/4
+    assert np.allclose(centroids[0], [0.0, 0.0, 0.25, 0.75])
+    assert members[0].tolist() == [2, 4] and np.allclose(mean_samples[0], [10.0, 35.0])
+    # CPI: 2 members at 0 and 1 at 0.3
+    assert math.isclose(cpi[0, LOG_CPI], 0.1) and slots[0, CPI_N] == 3
+
+
+def test_the_slot_used_least_recently_is_the_lowest_of_those_used_as_long_ago():
+    slots = np.zeros((3, 5), np.int64)
+    slots[:, KIND] = [PHASE, PHASE, PHASE]
+    slots[:, USED_AT] = [4, 2, 2]
+    assert _oldest(slots, 3, PHASE) == 1
+
+
+def test_a_phase_in_a_retired_phases_slot_holds_only_its_own_members():
+    """At most one phase, no candidates: the second profile (samples in the
+    first segment only) retires the first (both segments) and takes its
+    slot, which it finds empty."""
+    lay = Layout(5, segments=2)
+    a, b = lay.interval((0, 0), (1, 2)), lay.interval((0, 4))
+    params = DetectorParams(threshold=0.2, max_phases=1, probation=False)
+    state = ClassifierState(10, 2, params)
+    got = lay.kernel([a, a, b, b], params, state=state)
+    assert got.phase.tolist() == [0, 0, 1, 1] and state.retired == 1
+    (known,) = state.known()
+    assert known.centroid.tolist() == lay.interval((0, 4))[0].tolist()
+    assert known.members.tolist() == [2, 0] and known.mean_samples.tolist() == [30.0, 0.0]
+
+
+def test_the_first_phase_after_a_start_up_interval_holds_only_the_second_ones_profile():
+    lay = Layout(5, segments=2)
+    a, b = lay.interval((0, 0), (1, 2)), lay.interval((0, 4))
+    params = DetectorParams(threshold=0.2)
+    state = ClassifierState(10, 2, params)
+    got = lay.kernel([a, b, b], params, state=state)
+    assert got.phase.tolist() == [0, 0, 0] and got.status.tolist() == [M] * 3
+    (known,) = state.known()
+    assert known.centroid.tolist() == lay.interval((0, 4))[0].tolist()
+    assert known.members.tolist() == [2, 0] and known.mean_samples.tolist() == [30.0, 0.0]
+    assert known.cpi_n == 0 and known.joins == 2
