@@ -361,3 +361,84 @@ def test_the_first_phase_after_a_start_up_interval_holds_only_the_second_ones_pr
     assert known.centroid.tolist() == lay.interval((0, 4))[0].tolist()
     assert known.members.tolist() == [2, 0] and known.mean_samples.tolist() == [30.0, 0.0]
     assert known.cpi_n == 0 and known.joins == 2
+
+
+# -- merges at powers of two, then every 16 joins --------------------------
+
+def test_twins_are_merged_when_joins_reach_48_not_before():
+    """Memory 1: a centroid is its last member.  Phase 0 at bin 0 of the
+    second segment (21 bins, nothing in the first); phase 1 at bin 6, 0.3
+    away, joined 45 times (the interval that opened its candidate is not a
+    join), then at bin 4, 0.2 from phase 0: the threshold, so twins, but
+    joins 46 and 47 are no check; at 48 (a multiple of 16) phase 1 merges
+    into phase 0, the older.  Its centroid is then half bin 0, half bin 4:
+    the next interval at bin 4 is 0.1 from it; at 64 joins it is checked
+    again (no twin left)."""
+    lay = Layout(21, segments=2)
+    b, p0, p1 = lay.interval((1, 0)), lay.interval((1, 6)), lay.interval((1, 4))
+    ivs = [b, b] + [p0] * 46 + [p1] * 17
+    params = DetectorParams(threshold=0.2, memory=1, merge_share=1.0)
+    state = ClassifierState(42, 2, params, capacity=2)
+    got = [lay.kernel(ivs, params, state=state), lay.reference(ivs, params)]
+    check(got, phase=[0, 0] + [1] * 48 + [0] * 15, status=[M] * 65,
+          distance=[np.nan, 0, 0.3] + [0] * 45 + [0.1, 0, 0, 0.1] + [0] * 13)
+    assert state.merged == 1 and state.retired == 1 and state.live == 1
+    (known,) = state.known()
+    assert known.joins == 2 + 48 + 14
+
+
+def test_a_ninth_candidate_takes_the_oldest_ones_place():
+    """Nine intervals each in a segment of its own open nine candidates: the
+    ninth takes the first one's place.  An interval 0.125 from the first
+    then finds no candidate to wait on, opens its own (the second gives way),
+    and the next interval like it confirms that one, at distance 0."""
+    lay = Layout(9, segments=10)
+    a = lay.interval((0, 0))
+    alone = [lay.interval((s, 0)) for s in range(1, 10)]
+    x = lay.interval((1, 1))
+    got = lay.both([a, a, *alone, x, x], DetectorParams(threshold=0.25))
+    check(got, phase=[0] * 11 + [1, 1], status=[M, M] + [T] * 9 + [M, M],
+          new=[True] + [False] * 10 + [True, False], distance=[np.nan, 0] + [1] * 10 + [0])
+
+
+# -- a state seeded with known phases --------------------------------------
+
+def test_a_known_phase_in_the_tables_last_slot_is_no_previous_phase():
+    """One known phase (id 0, one join) fills a table of one slot.  An
+    interval without data before any other has no phase (-1); an interval
+    unlike it is tentative, not a start-up transient (the known phase keeps
+    its profile, and the next interval like it takes it); the run's spread of
+    CPI does not count the first interval with data."""
+    five = Layout(5)
+    params = DetectorParams(threshold=0.2, max_phases=2)
+    state = ClassifierState(5, 1, params, capacity=1)
+    state.seed([KnownPhase(0, five.point(0)[0], np.array([4]), np.array([30.0]), 1)], next_id=0)
+    empty = (np.zeros(5), np.zeros(1, np.int64))
+    got = five.kernel([empty, five.point(4), five.point(0)], params, [np.nan, 0.3, np.nan],
+                      tol=0.05, state=state)
+    check([got], phase=[-1, 0, 0], status=[N, T, M], distance=[np.nan, 1, 0])
+    assert state.threshold[RUN_N] == 0
+
+
+def test_the_candidate_just_opened_in_the_first_slot_is_confirmed():
+    """Two known phases alike, the first (id 7) never joined, the second
+    (id 3) joined 3 times: an interval like them takes the first (the lower
+    slot), whose joins reach 1, a power of two: it merges into the older
+    id, 3, and the first slot is free.  E (third segment) waits in the third
+    slot; D (second segment) then opens a candidate in the first slot.  y is
+    0.05 from phase 3 (first segment), 0.025 from D (second segment) and 0
+    from E (third): D's candidate, opened just before and nearer than the
+    phase, is confirmed as phase 8, not E's."""
+    lay = Layout(21, segments=3)
+    p = lay.interval((0, 0))
+    params = DetectorParams(threshold=0.2, max_phases=4, merge_share=0.01)
+    state = ClassifierState(63, 3, params)
+    state.seed([KnownPhase(7, p[0], np.array([3, 0, 0]), np.array([30.0, 0, 0]), 0),
+                KnownPhase(3, p[0], np.array([3, 0, 0]), np.array([30.0, 0, 0]), 3)],
+               next_id=0)
+    e, d = lay.interval((2, 10)), lay.interval((1, 10))
+    y = lay.interval((0, 1), (1, {10: 0.5, 11: 0.5}), (2, 10))
+    got = lay.kernel([e, p, d, y], params, state=state)
+    check([got], phase=[7, 3, 8, 8], status=[T, M, M, M], new=[False, False, True, False],
+          distance=[1, 0, 1, 0.025])
+    assert state.merged == 1 and state.ids.tolist() == [8, 3, -1]
