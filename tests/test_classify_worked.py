@@ -442,3 +442,40 @@ def test_the_candidate_just_opened_in_the_first_slot_is_confirmed():
     check([got], phase=[7, 3, 8, 8], status=[T, M, M, M], new=[False, False, True, False],
           distance=[1, 0, 1, 0.025])
     assert state.merged == 1 and state.ids.tolist() == [8, 3, -1]
+
+
+def test_the_candidate_just_opened_in_the_first_slot_is_confirmed_without_known_phases():
+    """Memory 1, at most two phases, twins within half the threshold (0.1).
+    A (bin 20) and B (bin 0) are phases 0 and 1; C (bin 8) retires A, the
+    phase used least recently, and takes its slot, the first, as phase 2.
+    C drifts to bin 1 and, at 8 joins (its candidate's first interval is
+    not one), 0.05 from B, merges into it: the first
+    slot is free, and B's centroid is half bin 0, half bin 1.  Meanwhile E
+    (third segment) waits.  D (second segment) opens a candidate in the
+    first slot; y is 0.125 from B, 0.05 from D and 0 from E: D's candidate,
+    opened just before, is confirmed as phase 3, not E's."""
+    lay = Layout(21, segments=3)
+    s0 = [lay.interval((0, b)) for b in range(21)]
+    e, d = lay.interval((2, 10)), lay.interval((1, 10))
+    y = lay.interval((0, 3), (1, 11), (2, 10))
+    ivs = [s0[20], s0[20], s0[0], s0[0], s0[8], s0[8], s0[6], s0[4], s0[3], e,
+           s0[2], s0[1], s0[1], s0[1], d, y]
+    params = DetectorParams(threshold=0.2, memory=1, max_phases=2, merge_share=0.5)
+    got = lay.both(ivs, params)
+    check(got, phase=[0, 0, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 3, 3],
+          status=[M] * 9 + [T] + [M] * 6,
+          distance=[np.nan, 0, 1, 0, 0.4, 0, 0.1, 0.1, 0.05, 1, 0.05, 0.05, 0, 0, 1, 0.05])
+
+
+def test_a_candidate_nearer_than_the_previous_phase_in_the_first_slot_wins():
+    """P (bin 0, the first slot) and Q (bin 6) are phases; back in P, F
+    (second segment) opens a candidate.  y is 0.1625 from P and 0.1375 from
+    Q (nearer by less than the margin: it would stay in P) and 0.15 from F,
+    nearer than P: F's candidate is confirmed, as phase 2."""
+    lay = Layout(21, segments=2)
+    p, q, f = lay.interval((0, 0)), lay.interval((0, 6)), lay.interval((1, 0))
+    y = lay.interval((0, {3: 0.75, 4: 0.25}), (1, 3))
+    got = lay.both([p, p, q, q, p, f, y], DetectorParams(threshold=0.2, merge_share=0.5))
+    check(got, phase=[0, 0, 1, 1, 0, 2, 2], status=[M] * 7,
+          new=[True, False, True, False, False, True, False],
+          distance=[np.nan, 0, 0.3, 0, 0, 1, 0.15])
