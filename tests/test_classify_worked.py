@@ -479,3 +479,36 @@ def test_a_candidate_nearer_than_the_previous_phase_in_the_first_slot_wins():
     check(got, phase=[0, 0, 1, 1, 0, 2, 2], status=[M] * 7,
           new=[True, False, True, False, False, True, False],
           distance=[np.nan, 0, 0.3, 0, 0, 1, 0.15])
+
+
+# -- a candidate that turns out to be a known phase ------------------------
+
+TWENTY = Layout(21)         # bins between over 20
+FOLD = DetectorParams(threshold=0.2, merge_share=2.0, cpi_run_share=0.0)
+
+
+def test_a_candidate_without_a_cpi_within_twice_the_threshold_folds_into_the_phase():
+    """Twins within merge_share 2 of the threshold: the candidate at bin 16
+    is 0.3 from the phase at bin 10, beyond the threshold but within 0.4, so
+    the interval that confirms it joins phase 0 instead: no new id, and the
+    interval that opened it stays tentative.  A candidate without a known
+    CPI is not kept out by the phase's."""
+    p, x = TWENTY.point(10), TWENTY.point(16)
+    got = TWENTY.both([p, p, x, x], FOLD, [0.5, 0.5, np.nan, np.nan], tol=0.05)
+    check(got, phase=[0, 0, 0, 0], status=[M, M, T, M], new=[True, False, False, False],
+          distance=[np.nan, 0, 0.3, 0])
+
+
+@pytest.mark.parametrize("candidate_cpi, probe, mean", [
+    ([0.04, np.nan], 0.061, 0.04 / 3),      # 2 members at 0 and 1 at 0.04
+    ([0.04, 0.04], 0.066, 0.02),            # 2 at 0 and 2 at 0.04
+])
+def test_a_folded_candidate_brings_its_members_cpi(candidate_cpi, probe, mean):
+    """After the fold the phase's mean log CPI weighs each side by its
+    members with a CPI; no scatter, so the band is the tolerance, 0.05.  An
+    interval at bin 10 (0.15 from the merged centroid, half bin 10, half bin
+    16) whose CPI is within 0.05 of that mean joins."""
+    assert abs(probe - mean) < 0.05 < abs(probe)
+    p, x = TWENTY.point(10), TWENTY.point(16)
+    got = TWENTY.both([p, p, x, x, p], FOLD, [0.0, 0.0, *candidate_cpi, probe], tol=0.05)
+    check(got, phase=[0] * 5, status=[M, M, T, M, M], distance=[np.nan, 0, 0.3, 0, 0.15])
