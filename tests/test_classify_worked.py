@@ -512,3 +512,20 @@ def test_a_folded_candidate_brings_its_members_cpi(candidate_cpi, probe, mean):
     p, x = TWENTY.point(10), TWENTY.point(16)
     got = TWENTY.both([p, p, x, x, p], FOLD, [0.0, 0.0, *candidate_cpi, probe], tol=0.05)
     check(got, phase=[0] * 5, status=[M, M, T, M, M], distance=[np.nan, 0, 0.3, 0, 0.15])
+
+
+def test_a_new_phase_beyond_the_low_slots_takes_the_retired_phases_slot():
+    """At most three phases: A (bin 0) in slot 0, B (bin 6) in slot 1, X
+    (second segment) in slot 2; A is used again, so B is used least
+    recently.  C (bin 20, 0.7 from B) retires B and, its candidate being in slot 3,
+    moves to slot 1, B's, behind A.  An interval at bin 10, 0.5 from both A
+    and C, is tentative and labelled with the phase in the lower slot, A."""
+    lay = Layout(21, segments=2)
+    a, b, c, p = (lay.interval((0, k)) for k in (0, 6, 20, 10))
+    x = lay.interval((1, 0))
+    ivs, params = [a, a, b, b, x, x, a, c, c, p], DetectorParams(threshold=0.2, max_phases=3)
+    state = ClassifierState(42, 2, params)
+    got = [lay.kernel(ivs, params, state=state), lay.reference(ivs, params)]
+    check(got, phase=[0, 0, 1, 1, 2, 2, 0, 3, 3, 0], status=[M] * 9 + [T],
+          distance=[np.nan, 0, 0.3, 0, 1, 0, 0, 0.7, 0, 0.5])
+    assert state.ids.tolist() == [0, 3, 2, -1] and state.retired == 1
