@@ -355,12 +355,12 @@ def test_the_first_phase_after_a_start_up_interval_holds_only_the_second_ones_pr
     a, b = lay.interval((0, 0), (1, 2)), lay.interval((0, 4))
     params = DetectorParams(threshold=0.2)
     state = ClassifierState(10, 2, params)
-    got = lay.kernel([a, b, b], params, state=state)
+    got = lay.kernel([a, b, b], params, [0.9, 0.2, 0.2], state=state)
     assert got.phase.tolist() == [0, 0, 0] and got.status.tolist() == [M] * 3
     (known,) = state.known()
     assert known.centroid.tolist() == lay.interval((0, 4))[0].tolist()
     assert known.members.tolist() == [2, 0] and known.mean_samples.tolist() == [30.0, 0.0]
-    assert known.cpi_n == 0 and known.joins == 2
+    assert (known.cpi_n, known.log_cpi, known.cpi_d2, known.joins) == (2, 0.2, 0.0, 2)
 
 
 # -- merges at powers of two, then every 16 joins --------------------------
