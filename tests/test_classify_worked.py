@@ -355,12 +355,12 @@ def test_the_first_phase_after_a_start_up_interval_holds_only_the_second_ones_pr
     a, b = lay.interval((0, 0), (1, 2)), lay.interval((0, 4))
     params = DetectorParams(threshold=0.2)
     state = ClassifierState(10, 2, params)
-    got = lay.kernel([a, b, b], params, state=state)
+    got = lay.kernel([a, b, b], params, [0.9, 0.2, 0.2], state=state)
     assert got.phase.tolist() == [0, 0, 0] and got.status.tolist() == [M] * 3
     (known,) = state.known()
     assert known.centroid.tolist() == lay.interval((0, 4))[0].tolist()
     assert known.members.tolist() == [2, 0] and known.mean_samples.tolist() == [30.0, 0.0]
-    assert known.cpi_n == 0 and known.joins == 2
+    assert (known.cpi_n, known.log_cpi, known.cpi_d2, known.joins) == (2, 0.2, 0.0, 2)
 
 
 # -- merges at powers of two, then every 16 joins --------------------------
@@ -442,3 +442,90 @@ def test_the_candidate_just_opened_in_the_first_slot_is_confirmed():
     check([got], phase=[7, 3, 8, 8], status=[T, M, M, M], new=[False, False, True, False],
           distance=[1, 0, 1, 0.025])
     assert state.merged == 1 and state.ids.tolist() == [8, 3, -1]
+
+
+def test_the_candidate_just_opened_in_the_first_slot_is_confirmed_without_known_phases():
+    """Memory 1, at most two phases, twins within half the threshold (0.1).
+    A (bin 20) and B (bin 0) are phases 0 and 1; C (bin 8) retires A, the
+    phase used least recently, and takes its slot, the first, as phase 2.
+    C drifts to bin 1 and, at 8 joins (its candidate's first interval is
+    not one), 0.05 from B, merges into it: the first
+    slot is free, and B's centroid is half bin 0, half bin 1.  Meanwhile E
+    (third segment) waits.  D (second segment) opens a candidate in the
+    first slot; y is 0.125 from B, 0.05 from D and 0 from E: D's candidate,
+    opened just before, is confirmed as phase 3, not E's."""
+    lay = Layout(21, segments=3)
+    s0 = [lay.interval((0, b)) for b in range(21)]
+    e, d = lay.interval((2, 10)), lay.interval((1, 10))
+    y = lay.interval((0, 3), (1, 11), (2, 10))
+    ivs = [s0[20], s0[20], s0[0], s0[0], s0[8], s0[8], s0[6], s0[4], s0[3], e,
+           s0[2], s0[1], s0[1], s0[1], d, y]
+    params = DetectorParams(threshold=0.2, memory=1, max_phases=2, merge_share=0.5)
+    got = lay.both(ivs, params)
+    check(got, phase=[0, 0, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 3, 3],
+          status=[M] * 9 + [T] + [M] * 6,
+          distance=[np.nan, 0, 1, 0, 0.4, 0, 0.1, 0.1, 0.05, 1, 0.05, 0.05, 0, 0, 1, 0.05])
+
+
+def test_a_candidate_nearer_than_the_previous_phase_in_the_first_slot_wins():
+    """P (bin 0, the first slot) and Q (bin 6) are phases; back in P, F
+    (second segment) opens a candidate.  y is 0.1625 from P and 0.1375 from
+    Q (nearer by less than the margin: it would stay in P) and 0.15 from F,
+    nearer than P: F's candidate is confirmed, as phase 2."""
+    lay = Layout(21, segments=2)
+    p, q, f = lay.interval((0, 0)), lay.interval((0, 6)), lay.interval((1, 0))
+    y = lay.interval((0, {3: 0.75, 4: 0.25}), (1, 3))
+    got = lay.both([p, p, q, q, p, f, y], DetectorParams(threshold=0.2, merge_share=0.5))
+    check(got, phase=[0, 0, 1, 1, 0, 2, 2], status=[M] * 7,
+          new=[True, False, True, False, False, True, False],
+          distance=[np.nan, 0, 0.3, 0, 0, 1, 0.15])
+
+
+# -- a candidate that turns out to be a known phase ------------------------
+
+TWENTY = Layout(21)         # bins between over 20
+FOLD = DetectorParams(threshold=0.2, merge_share=2.0, cpi_run_share=0.0)
+
+
+def test_a_candidate_without_a_cpi_within_twice_the_threshold_folds_into_the_phase():
+    """Twins within merge_share 2 of the threshold: the candidate at bin 16
+    is 0.3 from the phase at bin 10, beyond the threshold but within 0.4, so
+    the interval that confirms it joins phase 0 instead: no new id, and the
+    interval that opened it stays tentative.  A candidate without a known
+    CPI is not kept out by the phase's."""
+    p, x = TWENTY.point(10), TWENTY.point(16)
+    got = TWENTY.both([p, p, x, x], FOLD, [0.5, 0.5, np.nan, np.nan], tol=0.05)
+    check(got, phase=[0, 0, 0, 0], status=[M, M, T, M], new=[True, False, False, False],
+          distance=[np.nan, 0, 0.3, 0])
+
+
+@pytest.mark.parametrize("candidate_cpi, probe, mean", [
+    ([0.04, np.nan], 0.061, 0.04 / 3),      # 2 members at 0 and 1 at 0.04
+    ([0.04, 0.04], 0.066, 0.02),            # 2 at 0 and 2 at 0.04
+])
+def test_a_folded_candidate_brings_its_members_cpi(candidate_cpi, probe, mean):
+    """After the fold the phase's mean log CPI weighs each side by its
+    members with a CPI; no scatter, so the band is the tolerance, 0.05.  An
+    interval at bin 10 (0.15 from the merged centroid, half bin 10, half bin
+    16) whose CPI is within 0.05 of that mean joins."""
+    assert abs(probe - mean) < 0.05 < abs(probe)
+    p, x = TWENTY.point(10), TWENTY.point(16)
+    got = TWENTY.both([p, p, x, x, p], FOLD, [0.0, 0.0, *candidate_cpi, probe], tol=0.05)
+    check(got, phase=[0] * 5, status=[M, M, T, M, M], distance=[np.nan, 0, 0.3, 0, 0.15])
+
+
+def test_a_new_phase_beyond_the_low_slots_takes_the_retired_phases_slot():
+    """At most three phases: A (bin 0) in slot 0, B (bin 6) in slot 1, X
+    (second segment) in slot 2; A is used again, so B is used least
+    recently.  C (bin 20, 0.7 from B) retires B and, its candidate being in slot 3,
+    moves to slot 1, B's, behind A.  An interval at bin 10, 0.5 from both A
+    and C, is tentative and labelled with the phase in the lower slot, A."""
+    lay = Layout(21, segments=2)
+    a, b, c, p = (lay.interval((0, k)) for k in (0, 6, 20, 10))
+    x = lay.interval((1, 0))
+    ivs, params = [a, a, b, b, x, x, a, c, c, p], DetectorParams(threshold=0.2, max_phases=3)
+    state = ClassifierState(42, 2, params)
+    got = [lay.kernel(ivs, params, state=state), lay.reference(ivs, params)]
+    check(got, phase=[0, 0, 1, 1, 2, 2, 0, 3, 3, 0], status=[M] * 9 + [T],
+          distance=[np.nan, 0, 0.3, 0, 1, 0, 0, 0.7, 0, 0.5])
+    assert state.ids.tolist() == [0, 3, 2, -1] and state.retired == 1
