@@ -81,7 +81,7 @@ TESTS = {
     "core/classify.py": ["test_classify_worked.py", "test_classify.py", "test_classify_rules.py",
                          "test_counter_ratio.py", "test_pipeline.py"],
     "core/predict.py": ["test_predict_worked.py", "test_predict.py", "test_predict_compiled.py",
-                        "test_predict_reference.py"],
+                        "test_predict_reference.py", "test_predict_state.py"],
     "core/prediction.py": ["test_prediction_score.py", "test_predict_worked.py", "test_predict.py",
                            "test_predict_compiled.py", "test_predict_reference.py"],
     "core/distinct.py": ["test_distinct.py"],
