@@ -4,21 +4,12 @@ the kernel against its numpy reference, and what each resolution decides."""
 from __future__ import annotations
 
 import numpy as np
+from code_signatures import signature
 
 from phasewatch.core.histograms import (MULTI_RESOLUTION, multi_resolution_distance,
                                         multi_resolution_distance_reference, segment_distance)
 
 WIDTH = 1024
-
-
-def signature(regions: dict[int, float], lines: dict[int, float]) -> np.ndarray:
-    """A profile's IP segment: each resolution a histogram carrying half the weight."""
-    x = np.zeros(2 * WIDTH)
-    for e, share in regions.items():
-        x[e] = share / 2
-    for e, share in lines.items():
-        x[WIDTH + e] = share / 2
-    return x
 
 
 def test_kernel_equals_reference_on_random_signatures():

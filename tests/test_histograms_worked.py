@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from code_signatures import signature
 
 from phasewatch.core.histograms import (MULTI_RESOLUTION, beyond_noise, code_distance,
                                         cumulative_noise_level, cumulative_noise_level_reference,
@@ -106,16 +107,6 @@ def test_beyond_noise_worked():
     assert beyond_noise(1.0, 1.5) == 0.0
 
 
-def signature(width: int, regions: dict[int, float], lines: dict[int, float]) -> np.ndarray:
-    """A code signature of two resolutions, each block carrying half the weight."""
-    x = np.zeros(2 * width)
-    for e, share in regions.items():
-        x[e] = share / 2
-    for e, share in lines.items():
-        x[width + e] = share / 2
-    return x
-
-
 def code_distances(x, n, c, members):
     return (code_distance(x, n, c, members),
             segment_distance(x, n, c, members, MULTI_RESOLUTION),
@@ -125,8 +116,8 @@ def code_distances(x, n, c, members):
 def test_an_interval_of_no_samples_has_no_noise():
     """n = 0: no noise level, no unseen-code comparison; the distance is the
     plain total variation of the regions, (|1 - 1/2| + |0 - 1/2|) / 2."""
-    x = signature(4, {0: 1.0}, {1: 1.0})
-    c = signature(4, {0: 0.5, 1: 0.5}, {1: 1.0})
+    x = signature({0: 1.0}, {1: 1.0}, width=4)
+    c = signature({0: 0.5, 1: 0.5}, {1: 1.0}, width=4)
     for d in code_distances(x, 0, c, 3):
         assert d == pytest.approx(0.5, rel=1e-15)
     for n, members in ((0, 3), (0, 0), (5, 0)):
@@ -139,8 +130,8 @@ def test_one_sample_against_a_phase_of_one_tells_nothing():
     entries is 1/2 sqrt(2 / (pi / 2)) + 2.326 / 2 sqrt(1 - 2/pi) = 1.27 > 1,
     and both of the phase's entries were seen once in its one sample (Turing's
     share 1): half the interval's regions moved, and nothing of it counts."""
-    x = signature(4, {0: 1.0}, {0: 1.0})
-    c = signature(4, {0: 0.5, 1: 0.5}, {0: 1.0})
+    x = signature({0: 1.0}, {0: 1.0}, width=4)
+    c = signature({0: 0.5, 1: 0.5}, {0: 1.0}, width=4)
     assert (0.5 * math.sqrt(2 / (math.pi * 0.5))
             + Z * 0.5 * math.sqrt((1 - 2 / math.pi) * 0.5 / 0.5)) > 1.0
     for d in code_distances(x, 1, c, 1):
@@ -150,7 +141,7 @@ def test_one_sample_against_a_phase_of_one_tells_nothing():
 def test_a_phase_that_saw_no_code_finds_all_of_an_interval_new():
     """The phase's one sample had no known IP: its signature is empty, no entry
     was seen once (Turing's level 0), and all of the interval's code is unseen."""
-    x = signature(4, {0: 1.0}, {1: 1.0})
+    x = signature({0: 1.0}, {1: 1.0}, width=4)
     c = np.zeros(8)
     for d in code_distances(x, 1, c, 1):
         assert d == 1.0
@@ -165,8 +156,8 @@ def test_lines_where_most_samples_were_singletons_say_nothing():
     total variation 0.685 > 1/2 (s = 6 x 0.3 + sqrt(0.24) = 2.29, v = 0.78,
     n_eff = 5), and Turing's unseen share is 6/10 > 1/2: the lines are left
     out and the regions, identical, give 0."""
-    x = signature(8, {0: 1.0}, {7: 1.0})
-    c = signature(8, {0: 1.0}, {0: .1, 1: .1, 2: .1, 3: .1, 4: .1, 5: .1, 6: .4})
+    x = signature({0: 1.0}, {7: 1.0}, width=8)
+    c = signature({0: 1.0}, {0: .1, 1: .1, 2: .1, 3: .1, 4: .1, 5: .1, 6: .4}, width=8)
     s, v = 6 * 0.3 + math.sqrt(0.24), 6 * 0.09 + 0.24
     lines_level = (0.5 * s * math.sqrt(2 / (math.pi * 5))
                    + Z * 0.5 * math.sqrt((1 - 2 / math.pi) * v / 5))
@@ -186,8 +177,8 @@ def test_lines_with_half_their_samples_singletons_still_count():
     is 1/2 + 2.326 sqrt(1/4 / 12) = 0.836 < 1, and the interval, all in a new
     line, is new code entirely."""
     lines = {i: 1 / 12 for i in range(6)} | {6 + i: 0.125 for i in range(4)}
-    x = signature(16, {0: 1.0}, {15: 1.0})
-    c = signature(16, {0: 1.0}, lines)
+    x = signature({0: 1.0}, {15: 1.0}, width=16)
+    c = signature({0: 1.0}, lines, width=16)
     assert 0.5 + Z * math.sqrt(0.25 / 12) < 1.0
     for d in code_distances(x, 12, c, 1):
         assert d == 1.0
@@ -198,8 +189,8 @@ def test_lines_with_half_their_samples_singletons_still_count():
 def test_code_disjoint_from_the_phase_is_new_code_and_no_more():
     """No code in common: D = 1, never a rounding error above it (these shares,
     summed in order, come to 2 + 4e-16)."""
-    x = signature(6, {0: 0.1, 1: 0.9}, {0: 1.0})
-    c = signature(6, {2: 0.1, 3: 0.1, 4: 0.6, 5: 0.2}, {0: 1.0})
+    x = signature({0: 0.1, 1: 0.9}, {0: 1.0}, width=6)
+    c = signature({2: 0.1, 3: 0.1, 4: 0.6, 5: 0.2}, {0: 1.0}, width=6)
     for d in (*code_distances(x, 100, c, 4), multi_resolution_distance(x, c, 80.0),
               multi_resolution_distance_reference(x, c, 80.0)):
         assert 1.0 - 1e-12 < d <= 1.0
