@@ -23,7 +23,7 @@ import pytest
 
 from daemonutil import Daemon, free_port, refused, write_trace
 from phasewatch.daemon.publish import MAX_MESSAGE_BYTES
-from phasewatch.daemon.subguard import PEER_BYTES
+from phasewatch.daemon.subguard import PEER_BYTES, SAY_EVERY_S
 from phasewatch.formats.trace import TraceReader
 
 
@@ -344,6 +344,9 @@ def test_a_subscription_flood_holds_memory_under_a_bound(trace):
         assert second - first < SECOND_HALF_ABOVE_FIRST
         assert after - before < LEFT_AFTER
         assert any("subscriptions: its connection was closed" in line for line in lines), lines
+        closed = [line for line in lines if "closed" in line]
+        assert any("more connections closed" in line for line in closed), closed
+        assert len(closed) <= 2 * (FLOOD_S // SAY_EVERY_S + 2), closed     # said, not flooded
         assert d.proc.poll() is None
         d.metrics_text()
 

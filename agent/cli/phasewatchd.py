@@ -24,6 +24,10 @@ def _take_sighups() -> None:
         RELOAD.set()
 
 
+from ..daemon.heap import limit_arenas  # noqa: E402  (before the first thread starts)
+
+limit_arenas()
+
 if signal.SIGHUP in signal.pthread_sigmask(signal.SIG_BLOCK, ()):
     threading.Thread(target=_take_sighups, name="sighup", daemon=True).start()
 else:

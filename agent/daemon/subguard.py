@@ -8,6 +8,9 @@ socket's monitor) and shuts down any connection that has sent more than
 :data:`PEER_BYTES` (a handshake and subscriptions; real subscribers send a few
 hundred bytes), and any connection beyond :data:`MAX_PEERS`.  A shut-down
 connection's subscriptions are freed with it.  Only TCP endpoints are guarded.
+The first connection closed for each reason is said at once; later ones are
+counted and said at most every :data:`SAY_EVERY_S` (a flood closes hundreds a
+second, which would flood the journal in turn).
 
 glibc's malloc keeps what a cut connection freed (its topics, pipes and
 buffers, scattered over the arenas of the threads that used the socket)
@@ -19,7 +22,7 @@ the last has gone, until ZeroMQ has freed its memory.
 
 from __future__ import annotations
 
-import ctypes
+import collections
 import os
 import socket
 import struct
@@ -29,10 +32,14 @@ import time
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from . import heap
+
 #: Bytes a subscriber may send over its connection in all.
 PEER_BYTES = 16 << 10
 #: Subscribers connected at once.
 MAX_PEERS = 256
+#: Connections closed after the first for a reason are said this seldom.
+SAY_EVERY_S = 10.0
 #: How often connections are checked: often while some subscriber is sending,
 #: seldom while all are quiet, never while none is connected.
 CHECK_BUSY_S = 0.01
@@ -61,6 +68,9 @@ class SubscriberGuard:
         self._received: dict[int, int] = {}
         self._busy = False
         self._last_gone, self._last_trim = float("-inf"), 0.0
+        self._said: set[str] = set()
+        self._unsaid: collections.Counter[str] = collections.Counter()
+        self._last_said = float("-inf")
         self._stop = threading.Event()
         self._monitor = sock.get_monitor_socket(_EVENTS)
         self._thread = threading.Thread(target=self._run, name="phasewatchd-subguard",
@@ -73,6 +83,7 @@ class SubscriberGuard:
         try:
             while not self._stop.is_set():
                 self._trim()
+                self._say_unsaid()
                 wait = (CHECK_BUSY_S if self._busy else CHECK_QUIET_S) if self._peers else 0.5
                 if poller.poll(wait * 1000):
                     self._event(recv_monitor_message(self._monitor))
@@ -118,11 +129,28 @@ class SubscriberGuard:
                 dup.shutdown(socket.SHUT_RDWR)
                 self.cut += 1
                 self._last_gone = time.monotonic()
-                self.say(f"{why}: its connection was closed")
+                self._tell(why)
         except (OSError, IndexError, TypeError):
             pass
         finally:
             dup.close()
+
+    def _tell(self, why: str) -> None:
+        if why in self._said:
+            self._unsaid[why] += 1
+        else:
+            self._said.add(why)
+            self._last_said = time.monotonic()
+            self.say(f"{why}: its connection was closed")
+
+    def _say_unsaid(self) -> None:
+        now = time.monotonic()
+        if not self._unsaid or now < self._last_said + SAY_EVERY_S:
+            return
+        self._last_said = now
+        for why, n in sorted(self._unsaid.items()):
+            self.say(f"{why}: {n} more connection{'s' if n != 1 else ''} closed")
+        self._unsaid.clear()
 
     def _trim(self) -> None:
         """Hand the memory cut connections freed back to the system."""
@@ -130,7 +158,7 @@ class SubscriberGuard:
         if now < self._last_trim + TRIM_EVERY_S or self._last_trim > self._last_gone + TRIM_AFTER_S:
             return
         self._last_trim = now
-        _malloc_trim()
+        heap.trim()
 
     def stop(self) -> None:
         self._stop.set()
@@ -158,14 +186,3 @@ def _bytes_received(fd: int, port: int) -> int:
     if len(info) < _BYTES_RECEIVED_AT + 8:
         return 0
     return _BYTES_RECEIVED.unpack_from(info, _BYTES_RECEIVED_AT)[0]
-
-
-def _malloc_trim() -> None:
-    """glibc's ``malloc_trim(0)``: free pages of every arena back to the
-    system; nothing where the C library has none."""
-    trim = getattr(_LIBC, "malloc_trim", None)
-    if trim is not None:
-        trim(0)
-
-
-_LIBC = ctypes.CDLL(None)
