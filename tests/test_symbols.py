@@ -347,3 +347,104 @@ def test_a_kallsyms_listing_not_of_its_form_names_nothing(tmp_path, listing):
     path = tmp_path / "kallsyms"
     path.write_bytes(listing)
     assert kallsyms.read(str(path)) is None
+
+
+# ---------------------------------------------------------------------------
+# a phase's top functions (live.phase_functions): kernel addresses named last
+
+
+def _intervals(phases: list[int], samples: list[int]):
+    from phasewatch.core.pipeline import Intervals
+    n = len(phases)
+    zeros = np.zeros(n)
+    return Intervals(index=np.arange(n), t_start_ns=np.arange(n), t_end_ns=np.arange(n) + 1,
+                     instructions=zeros, cycles=zeros, samples=np.array(samples),
+                     distance=zeros, phase=np.array(phases), new_phase=np.zeros(n, bool),
+                     voltage_mv=zeros, pfreq_mhz=zeros)
+
+
+def _fed(symbolizer, ips: np.ndarray, phases: list[int], samples: list[int], fold_at=65536):
+    from phasewatch.live.phase_functions import PhaseFunctions
+    functions = PhaseFunctions(symbolizer, fold_at=fold_at)
+    functions.batch({"ip": ips})
+    functions.add(_intervals(phases, samples))
+    return functions
+
+
+def _reference_top(symbolizer, ips: np.ndarray, k: int) -> list[tuple[str, float]]:
+    """Every address named at once, then ranked (the ranking before kernel
+    addresses waited)."""
+    from collections import Counter
+    counts = Counter(symbolizer.names(ips, offsets=False).tolist())
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:k]
+    return [(name, n / len(ips)) for name, n in ranked]
+
+
+@pytest.fixture
+def kallsyms_reads(monkeypatch):
+    """How often the kernel's symbols are asked for while naming samples."""
+    from phasewatch.live import symbolizer as symbolizer_module
+    calls = []
+    real = kallsyms.running_kernel
+
+    def counted():
+        calls.append(1)
+        return real()
+    monkeypatch.setattr(symbolizer_module.kallsyms, "running_kernel", counted)
+    return calls
+
+
+def _kernel_ip(i: int = 0) -> int:
+    symbols = kallsyms.read()
+    return int(symbols.starts[1000 + i]) + 1 if symbols is not None else 0xFFFF_FFFF_8100_0000 + i
+
+
+def test_kernel_samples_below_the_top_functions_are_not_named(abab, kallsyms_reads):
+    """Three user functions outrank every kernel function possible (3 kernel
+    samples against the third's 4): /proc/kallsyms is not read, and the
+    shares are those of naming everything (the kernel's samples count in
+    the total)."""
+    with RunningAbab(abab, "5") as run:
+        symbolizer = Symbolizer.from_pid(run.pid)
+        a, b, c = (run.addrs[n] for n in ("region_a", "region_b", "main"))
+        ips = np.array([a] * 6 + [b] * 5 + [c] * 4 + [_kernel_ip(0)] * 2 + [_kernel_ip(1)],
+                       dtype=np.uint64)
+        functions = _fed(symbolizer, ips, [7], [len(ips)])
+        top = functions.top(7, 3)
+        assert kallsyms_reads == []
+        assert top == _reference_top(symbolizer, ips, 3)
+        assert functions.kernel_share(7) == pytest.approx(3 / 18)
+
+
+@pytest.mark.parametrize("kernel_samples,k", [(4, 3), (5, 3), (1, 4), (9, 1)])
+def test_kernel_samples_that_could_rank_are_named(abab, kallsyms_reads, kernel_samples, k):
+    """As many kernel samples as the k-th user function has (a tie, broken
+    by name), more, or fewer user functions than k: the kernel's addresses
+    are named and ranked as if named from the start."""
+    with RunningAbab(abab, "5") as run:
+        symbolizer = Symbolizer.from_pid(run.pid)
+        a, b, c = (run.addrs[n] for n in ("region_a", "region_b", "main"))
+        ips = np.array([a] * 6 + [b] * 5 + [c] * 4 + [_kernel_ip(0)] * kernel_samples,
+                       dtype=np.uint64)
+        functions = _fed(symbolizer, ips, [7], [len(ips)])
+        top = functions.top(7, k)
+        assert kallsyms_reads != []
+        assert top == _reference_top(symbolizer, ips, k)
+
+
+def test_kernel_samples_are_named_once_they_reach_the_fold(abab, kallsyms_reads):
+    """Waiting kernel addresses are bounded like the rest: at ``fold_at``
+    they are named, and later ones of the phase join the same counts."""
+    with RunningAbab(abab, "5") as run:
+        symbolizer = Symbolizer.from_pid(run.pid)
+        a = run.addrs["region_a"]
+        first = np.array([a] * 30 + [_kernel_ip(0)] * 8, dtype=np.uint64)
+        functions = _fed(symbolizer, first, [3], [len(first)], fold_at=8)
+        assert kallsyms_reads != []
+        assert functions._kernel_n.get(3, 0) == 0
+        second = np.array([_kernel_ip(0)] * 2 + [a] * 10, dtype=np.uint64)
+        functions.batch({"ip": second})
+        functions.add(_intervals([3], [len(second)]))
+        everything = np.concatenate([first, second])
+        assert functions.top(3, 2) == _reference_top(symbolizer, everything, 2)
+        assert functions.top(3, 1) == [(_reference_top(symbolizer, everything, 1)[0][0], 40 / 50)]

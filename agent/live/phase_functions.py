@@ -9,6 +9,11 @@ Per phase, IPs are kept raw only up to ``fold_at``; then they are resolved to
 function names and added to per-name counts.  Memory is bounded by that cap
 and the number of distinct functions, not by the length of the run.
 
+Kernel addresses are named last, and only where they count: naming them
+reads ``/proc/kallsyms`` (120,000 lines, 30-40 ms of the kernel's time), and
+in most programs the kernel's few samples reach no phase's top functions.
+They wait raw (up to ``fold_at`` too) until a ranking could include one.
+
 As a sink it sees each batch before the pipeline does; where the symbolizer
 tells processes apart (a watched tree by thread, a recording by process:
 :mod:`.sample_names`), that column of the batch goes with its IPs, so that
@@ -49,6 +54,9 @@ class PhaseFunctions(Sink):
         self._raw_owners: dict[int, list[np.ndarray]] = {}
         self._raw_n: dict[int, int] = {}
         self._names: dict[int, Counter] = {}
+        self._kernel_raw: dict[int, list[tuple[np.ndarray, np.ndarray | None]]] = {}
+        self._kernel_n: dict[int, int] = {}
+        self._kernel_named: set[int] = set()     # phases with kernel names counted
         self._ips: dict[int, list[int]] = {}       # phase -> [samples with an IP, in kernel mode]
 
     @classmethod
@@ -92,12 +100,17 @@ class PhaseFunctions(Sink):
     def top(self, phase: int, k: int = 3) -> list[tuple[str, float]]:
         """The ``k`` functions with most of the phase's samples, with their shares."""
         self._fold(phase)
-        counts = self._names.get(phase)
-        if not counts:
-            return []
-        total = sum(counts.values())
-        ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:k]
+        ranked = self._ranked(phase, k)
+        waiting = self._kernel_n.get(phase, 0)
+        if waiting and (phase in self._kernel_named or len(ranked) < k or ranked[-1][1] <= waiting):
+            self._name_kernel(phase)            # a kernel function could rank
+            ranked, waiting = self._ranked(phase, k), 0
+        total = sum(self._names.get(phase, {}).values()) + waiting
         return [(name, n / total) for name, n in ranked]
+
+    def _ranked(self, phase: int, k: int) -> list[tuple[str, int]]:
+        counts = self._names.get(phase) or {}
+        return sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:k]
 
     def kernel_share(self, phase: int) -> float | None:
         """The share of the phase's samples taken in kernel mode (None: no IPs)."""
@@ -107,8 +120,10 @@ class PhaseFunctions(Sink):
     def forget(self, phases) -> None:
         """Drop what is kept of these phases (the daemon's, once named or retired)."""
         for phase in phases:
-            for kept in (self._raw, self._raw_owners, self._raw_n, self._names, self._ips):
+            for kept in (self._raw, self._raw_owners, self._raw_n, self._names, self._ips,
+                         self._kernel_raw, self._kernel_n):
                 kept.pop(phase, None)
+            self._kernel_named.discard(phase)
 
     def _keep(self, phase: int, ips: np.ndarray, owners: np.ndarray | None) -> None:
         if len(ips) == 0:
@@ -130,10 +145,31 @@ class PhaseFunctions(Sink):
         self._raw_n[phase] = 0
         if not raw:
             return
+        ips = np.concatenate(raw)
+        owners = None if raw_owners is None else np.concatenate(raw_owners)
+        kernel = ips >= KERNEL_START
+        if kernel.any():
+            self._kernel_raw.setdefault(phase, []).append(
+                (ips[kernel], None if owners is None else owners[kernel]))
+            self._kernel_n[phase] = self._kernel_n.get(phase, 0) + int(np.count_nonzero(kernel))
+            ips, owners = ips[~kernel], None if owners is None else owners[~kernel]
+        self._count(phase, ips, owners)
+        if self._kernel_n.get(phase, 0) >= self.fold_at:
+            self._name_kernel(phase)
+
+    def _name_kernel(self, phase: int) -> None:
+        waiting = self._kernel_raw.pop(phase, [])
+        self._kernel_n[phase] = 0
+        if not waiting:
+            return
+        self._kernel_named.add(phase)
+        owners = [o for _, o in waiting]
+        self._count(phase, np.concatenate([ips for ips, _ in waiting]),
+                    None if owners[0] is None else np.concatenate(owners))
+
+    def _count(self, phase: int, ips: np.ndarray, owners: np.ndarray | None) -> None:
         self.symbolizer.snapshot()
-        named = sample_names(self.symbolizer, np.concatenate(raw),
-                             None if raw_owners is None else np.concatenate(raw_owners),
-                             offsets=False)
+        named = sample_names(self.symbolizer, ips, owners, offsets=False)
         names, counts = np.unique(named, return_counts=True)
         self._names.setdefault(phase, Counter()).update(dict(zip(names.tolist(),
                                                                  counts.tolist())))
