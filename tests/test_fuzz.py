@@ -26,7 +26,7 @@ from phasewatch.core.batch import CSV_COLUMNS, OPTIONAL_CSV_COLUMNS, RAW_DTYPES
 from phasewatch.core.params import DetectorParams, Params, histogram_params_of, interval_params_of
 from phasewatch.core.pipeline import Pipeline
 from phasewatch.errors import UserError
-from phasewatch.formats import metadata as md
+from phasewatch.formats import metadata as md, schema
 from phasewatch.formats.trace import META_KEY
 
 FUZZ = settings(max_examples=120, suppress_health_check=[HealthCheck.too_slow,
@@ -189,14 +189,14 @@ def test_metadata_validator(data, fuzz_count):
     signals = list(CSV_COLUMNS)
     meta = data.draw(mutated_meta(signals))
     try:
-        checked = md.validate(meta, signals, "t.arrow")
+        checked = schema.validate(meta, signals, "t.arrow")
     except UserError as exc:
         assert "\n" not in str(exc) and str(exc).startswith("t.arrow: trace ")
         return
     # What the schema accepts, the pipeline must be able to run on.
     params = Params(interval=interval_params_of(checked), histograms=histogram_params_of(checked),
                     detector=DetectorParams())
-    assert md.Sampling.of(checked.get("sampling")).period_ns >= 1000
+    assert schema.Sampling.of(checked.get("sampling")).period_ns >= 1000
     base = checked.get("base_freq_mhz")
     assert base is None or (math.isfinite(base) and base > 0)
     Pipeline.for_trace(checked, params).finish()

@@ -20,6 +20,7 @@ import pytest
 
 from cliutil import call
 from phasewatch.formats import metadata as md, outputs
+from phasewatch.formats.schema import Sampling
 from phasewatch.formats.trace import META_KEY, TraceReader
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -286,7 +287,7 @@ def test_bad_sampling_metadata_is_one_line_naming_field_file_and_range(
 
 def test_a_recordings_own_sampling_metadata_is_read_typed(recording):
     reader = TraceReader(str(recording))
-    sampling = md.Sampling.of(reader.metadata["sampling"])
+    sampling = Sampling.of(reader.metadata["sampling"])
     reader.close()
     assert sampling.period_ns == 1_000_000 and sampling.sample_rate_hz == 1000
     assert 0 < sampling.realtime_offset_ns <= time.time_ns()

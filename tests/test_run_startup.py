@@ -17,8 +17,9 @@ PROBE = ("import sys\nfrom phasewatch.cli import main as cli\nstatus = cli.main(
 
 #: Loaded only where needed: pyelftools (the ELF headers are read with
 #: struct), psutil (attaching, leftovers), rich (printing a table), numba
-#: (a missing ahead-of-time kernel), pyarrow (--record), zmq (the daemon).
-NOT_AT_START = {"elftools", "psutil", "rich", "numba", "llvmlite", "pyarrow", "zmq"}
+#: (a missing ahead-of-time kernel), pyarrow (--record), zmq (the daemon),
+#: msgspec (the metadata's schema: reading a trace or a side table, pprof).
+NOT_AT_START = {"elftools", "psutil", "rich", "numba", "llvmlite", "pyarrow", "zmq", "msgspec"}
 
 
 def loaded_by(*argv) -> set[str]:

@@ -89,6 +89,7 @@ TESTS = {
     "report/diff.py": ["test_diff.py"],
     "formats/results.py": ["test_results_format.py"],
     "formats/metadata.py": ["test_robust.py", "test_trace.py"],
+    "formats/schema.py": ["test_robust.py", "test_trace.py", "test_fuzz.py"],
     "formats/trace.py": ["test_trace.py", "test_replay_memory.py"],
     "formats/csvtrace.py": ["test_trace.py", "test_robust.py"],
     "formats/sidetable.py": ["test_codemap.py", "test_hostile_files.py"],

@@ -28,7 +28,7 @@ from ..core.detectors import SAMPLE_DETECTORS
 from ..core.params import DEFAULT_CPI_TOLERANCE, DEFAULT_THRESHOLD
 from ..core.settings import INTERVAL_SETTINGS, LIMITS, DetectionSettings, Limit
 from ..errors import UserError
-from ..formats.metadata import bounded
+from ..formats.schema import bounded
 from .publish import DEFAULT_HWM
 from .phase_ids import RETIRED_KEEP_S
 from .targets import DEFAULT_GRACE_S, DEFAULT_MAX_PHASES

@@ -20,7 +20,7 @@ import pyarrow.csv as pacsv
 from ..core.batch import (CSV_COLUMNS, OPTIONAL_CSV_COLUMNS, RAW_DTYPES, SampleBatch, first_bad_id,
                           id_problem)
 from ..errors import UserError
-from . import metadata as md
+from . import metadata as md, schema
 
 BLOCK_BYTES = 8 << 20
 #: The longest line read as a sample: a real row is under 300 bytes.  A
@@ -92,7 +92,7 @@ class CsvReader:
         if base > md.MAX_BASE_MHZ:
             raise UserError(f"{path}: the TSC rate of the first samples, {base:.6g} MHz, is not a "
                             f"base frequency: give it with --base-mhz")
-        self.metadata = md.validate(md.new(base_freq_mhz=base, source_file=path,
+        self.metadata = schema.validate(md.new(base_freq_mhz=base, source_file=path,
                                            signals={c: "csv" for c in self.columns}),
                                     self.columns, path)
 

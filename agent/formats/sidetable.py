@@ -16,7 +16,6 @@ import stat
 
 from ..errors import UserError
 from .inputs import open_regular
-from .metadata import check_mapping
 from .outputs import MAPPINGS_SUFFIX as SIDE_TABLE_SUFFIX, Output, check_outputs
 
 #: The largest side table read: about 400,000 mappings.
@@ -66,6 +65,7 @@ def read_side_table(trace_path: str) -> list[dict] | None:
     """The mappings recorded beside a trace, or None if there is no side table.
     A last line cut short by a crash is left out; any other wrong line is
     refused with its number."""
+    from .schema import check_mapping        # msgspec: only to read a table
     path = side_table_path(trace_path)
     if not os.path.lexists(path):       # a trace named through a link: its table is
         path = side_table_path(os.path.realpath(trace_path))   # beside the file itself

@@ -22,7 +22,7 @@ import pyarrow as pa
 from ..core.batch import RAW_DTYPES, SampleBatch, first_bad_id, id_problem
 from ..core.source import Sink
 from ..errors import UserError
-from . import metadata as md
+from .schema import validate
 from .outputs import Recording, open_output
 from .sidetable import open_side_table
 
@@ -203,7 +203,7 @@ class TraceReader:
             # No footer, or a damaged one: read it as the stream it also is.
             self._file = None
             schema = self._open_unfinished()
-        self.metadata = md.validate(_metadata_of(schema, path), self.signals, path)
+        self.metadata = validate(_metadata_of(schema, path), self.signals, path)
         for field in schema:
             if field.name not in RAW_DTYPES:
                 raise UserError(f"{path}: unknown column {field.name!r} in trace")

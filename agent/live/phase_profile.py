@@ -29,7 +29,6 @@ from ..core.batch import KERNEL_START, SampleBatch
 from ..core.pipeline import Intervals
 from ..core.source import Sink
 from ..errors import UserError
-from ..formats import metadata as md
 from .sample_names import each_process, naming
 from .symbolizer import KERNEL, Symbolizer
 
@@ -223,7 +222,8 @@ def _profile_mapping(symbolizer: Symbolizer, m) -> ProfileMapping:
 def period_ns_of(sampling: dict | None) -> int:
     """Nanoseconds of CPU time one sample stands for, from the recorded
     sampling rate (1 ms where none was recorded)."""
-    return md.Sampling.of(sampling).period_ns
+    from ..formats.schema import Sampling        # msgspec: only where a profile is written
+    return Sampling.of(sampling).period_ns
 
 
 def realtime_offset_ns() -> int:

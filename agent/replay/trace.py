@@ -13,7 +13,7 @@ from ..core.prediction import PredictionTap
 from ..core.settings import DetectionSettings, pipeline_for
 from ..errors import UserError
 from ..formats import bbvfile
-from ..formats import metadata as md
+from ..formats import metadata as md, schema
 from ..formats.labellings import read_labels
 from ..formats.outputs import Recording, check_outputs
 from ..formats.results import PhaseSummary, ResultsSink, adjusted_rand_index
@@ -154,7 +154,7 @@ def profile_sink(path: str, source, trace: str, inputs: list):
     return PhaseProfile(period_ns_of(meta.get("sampling")), ProfileFile(
         path, symbolizer=lambda: RecordedTree(meta),
         energy_uj=lambda profile: profile.recorded_energy(table),
-        realtime_offset_ns=md.Sampling.of(meta.get("sampling")).realtime_offset_ns,
+        realtime_offset_ns=schema.Sampling.of(meta.get("sampling")).realtime_offset_ns,
         comments=[" ".join(meta.get("command") or [])], inputs=inputs))
 
 
