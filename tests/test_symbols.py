@@ -441,7 +441,7 @@ def test_kernel_samples_are_named_once_they_reach_the_fold(abab, kallsyms_reads)
         first = np.array([a] * 30 + [_kernel_ip(0)] * 8, dtype=np.uint64)
         functions = _fed(symbolizer, first, [3], [len(first)], fold_at=8)
         assert kallsyms_reads != []
-        assert functions._kernel_n.get(3, 0) == 0
+        assert functions._waiting(3) == 0
         second = np.array([_kernel_ip(0)] * 2 + [a] * 10, dtype=np.uint64)
         functions.batch({"ip": second})
         functions.add(_intervals([3], [len(second)]))

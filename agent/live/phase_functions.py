@@ -55,7 +55,6 @@ class PhaseFunctions(Sink):
         self._raw_n: dict[int, int] = {}
         self._names: dict[int, Counter] = {}
         self._kernel_raw: dict[int, list[tuple[np.ndarray, np.ndarray | None]]] = {}
-        self._kernel_n: dict[int, int] = {}
         self._kernel_named: set[int] = set()     # phases with kernel names counted
         self._ips: dict[int, list[int]] = {}       # phase -> [samples with an IP, in kernel mode]
 
@@ -101,12 +100,16 @@ class PhaseFunctions(Sink):
         """The ``k`` functions with most of the phase's samples, with their shares."""
         self._fold(phase)
         ranked = self._ranked(phase, k)
-        waiting = self._kernel_n.get(phase, 0)
+        waiting = self._waiting(phase)
         if waiting and (phase in self._kernel_named or len(ranked) < k or ranked[-1][1] <= waiting):
             self._name_kernel(phase)            # a kernel function could rank
             ranked, waiting = self._ranked(phase, k), 0
         total = sum(self._names.get(phase, {}).values()) + waiting
         return [(name, n / total) for name, n in ranked]
+
+    def _waiting(self, phase: int) -> int:
+        """Kernel samples of the phase not yet named."""
+        return sum(len(ips) for ips, _ in self._kernel_raw.get(phase, ()))
 
     def _ranked(self, phase: int, k: int) -> list[tuple[str, int]]:
         counts = self._names.get(phase) or {}
@@ -121,7 +124,7 @@ class PhaseFunctions(Sink):
         """Drop what is kept of these phases (the daemon's, once named or retired)."""
         for phase in phases:
             for kept in (self._raw, self._raw_owners, self._raw_n, self._names, self._ips,
-                         self._kernel_raw, self._kernel_n):
+                         self._kernel_raw):
                 kept.pop(phase, None)
             self._kernel_named.discard(phase)
 
@@ -151,15 +154,13 @@ class PhaseFunctions(Sink):
         if kernel.any():
             self._kernel_raw.setdefault(phase, []).append(
                 (ips[kernel], None if owners is None else owners[kernel]))
-            self._kernel_n[phase] = self._kernel_n.get(phase, 0) + int(np.count_nonzero(kernel))
             ips, owners = ips[~kernel], None if owners is None else owners[~kernel]
         self._count(phase, ips, owners)
-        if self._kernel_n.get(phase, 0) >= self.fold_at:
+        if self._waiting(phase) >= self.fold_at:
             self._name_kernel(phase)
 
     def _name_kernel(self, phase: int) -> None:
         waiting = self._kernel_raw.pop(phase, [])
-        self._kernel_n[phase] = 0
         if not waiting:
             return
         self._kernel_named.add(phase)
@@ -169,6 +170,8 @@ class PhaseFunctions(Sink):
 
     def _count(self, phase: int, ips: np.ndarray, owners: np.ndarray | None) -> None:
         self.symbolizer.snapshot()
+        if len(ips) == 0:
+            return
         named = sample_names(self.symbolizer, ips, owners, offsets=False)
         names, counts = np.unique(named, return_counts=True)
         self._names.setdefault(phase, Counter()).update(dict(zip(names.tolist(),
