@@ -70,8 +70,8 @@ def plain_key(name: str) -> int:
 def plain_entry(ip: int, t: int, mappings: list[dict], bits: int, nbins: int) -> int:
     """One IP's entry by the definition, without the code under test: the
     mapping covering it at time ``t`` (from its ``t_ns``, until a later
-    mapping overlapping it), its object (the path, or the anonymous mapping
-    itself), and the IP's offset in that object's file."""
+    mapping overlapping it), its object (the file's name without its folder,
+    or the anonymous mapping itself), and the IP's offset in that object's file."""
     if ip in (0, NO_VALUE):
         return -1
     if ip >= KERNEL_HALF:
@@ -84,7 +84,8 @@ def plain_entry(ip: int, t: int, mappings: list[dict], bits: int, nbins: int) ->
                      and o["t_ns"] > since and o["start"] < m["end"] and m["start"] < o["end"]]
             if m["start"] <= ip < m["end"] and since <= t < min(later, default=2**63):
                 anonymous = m["path"] in ("", "[anon]")
-                key = plain_key(f"[anon@{m['start']:x}]" if anonymous else m["path"])
+                key = plain_key(f"[anon@{m['start']:x}]" if anonymous
+                                else m["path"].split("/")[-1])
                 offset = ip - m["start"] + (0 if anonymous else m["offset"])
     return plain_mix(key ^ plain_mix(offset >> bits)) % nbins
 
@@ -133,6 +134,25 @@ def test_objects_and_times_decide_the_entry():
     CodeMap.from_mappings(moved).bins(np.array([0x7F0000011234], np.uint64),
                                       np.zeros(1, np.int64), 12, 1024, b)
     assert a[0] == b[0]
+
+
+def entries_of(mappings: list[dict], ips: list[int]) -> list[int]:
+    out = np.empty(len(ips), np.int32)
+    CodeMap.from_mappings(mappings).bins(np.array(ips, np.uint64), np.zeros(len(ips), np.int64),
+                                         12, 1 << 20, out)
+    return out.tolist()
+
+
+def test_the_same_file_in_another_folder_is_the_same_object():
+    """A build run from another folder (a container's root, /lib against
+    /usr/lib) gives the same entries; a file of another name does not."""
+    ips = [0x400000 + k * 0x1000 for k in range(40)]
+    at = {"start": 0x400000, "end": 0x480000, "offset": 0x1000}
+    here = entries_of([{**at, "path": "/home/u/build/prog"}], ips)
+    assert entries_of([{**at, "path": "/tmp/ci-41/prog"}], ips) == here
+    assert entries_of([{**at, "path": "prog"}], ips) == here
+    renamed = entries_of([{**at, "path": "/home/u/build/prog2"}], ips)
+    assert sum(a == b for a, b in zip(renamed, here)) <= 1
 
 
 def test_distinct_regions_stay_apart():

@@ -1,5 +1,6 @@
 """The code signature's entries worked by hand from core/codemap.py's rules:
-an object's key is its name's CRC-32 and Adler-32, an IP's entry is
+an object's key is the CRC-32 and Adler-32 of its file's name (the path
+without its folders), an IP's entry is
 SplitMix64(key ^ SplitMix64(offset >> bits)) mod entries, the offset being
 the file offset for a file, the address for an IP in no mapping (the whole
 address space as one object).  Mappings of a process, mappings of none,
@@ -46,26 +47,26 @@ def test_a_process_falls_back_on_the_mappings_of_no_process_only():
     maps = [{"start": 0x1000, "end": 0x2000, "offset": 0, "path": "/a"},
             {"start": 0x400000, "end": 0x480000, "offset": 0, "path": "/b", "pid": 5}]
     got = entries(maps, [0x400100, 0x400100, 0x1040], pids=[7, 5, 7])
-    assert got == [unmapped(0x400100), entry("/b", 0x100), entry("/a", 0x40)]
+    assert got == [unmapped(0x400100), entry("b", 0x100), entry("a", 0x40)]
 
 
 def test_mappings_of_no_process_serve_every_process():
     maps = [{"start": 0x400000, "end": 0x480000, "offset": 0x1000, "path": "/usr/bin/prog"}]
     got = entries(maps, [0x400040, 0x400040, 0x500000], pids=[0, 7, 7])
-    assert got == [entry("/usr/bin/prog", 0x1040)] * 2 + [unmapped(0x500000)]
+    assert got == [entry("prog", 0x1040)] * 2 + [unmapped(0x500000)]
 
 
 def test_a_mapping_without_an_offset_starts_at_offset_zero():
     maps = [{"start": 0x400000, "end": 0x480000, "path": "/usr/bin/prog"}]
     got = entries(maps, [0x400000, 0x40003F, 0x400040], bits=0)
-    assert got == [entry("/usr/bin/prog", o, 0) for o in (0, 0x3F, 0x40)]
+    assert got == [entry("prog", o, 0) for o in (0, 0x3F, 0x40)]
 
 
 def test_an_empty_mapping_is_ignored():
     maps = [{"start": 0x500000, "end": 0x500000, "offset": 0, "path": "/x"},
             {"start": 0x400000, "end": 0x480000, "offset": 0, "path": "/usr/bin/prog"}]
     got = entries(maps, [0x500000, 0x400080])
-    assert got == [unmapped(0x500000), entry("/usr/bin/prog", 0x80)]
+    assert got == [unmapped(0x500000), entry("prog", 0x80)]
 
 
 def test_a_code_map_cannot_be_changed():

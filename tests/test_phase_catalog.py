@@ -61,6 +61,20 @@ def test_each_part_keeps_its_id_and_name_in_every_run(sequence, tmp_path, orders
                for ids in runs), runs
 
 
+def test_the_same_build_run_from_another_folder_keeps_its_ids_and_names(sequence, tmp_path):
+    """The catalogue knows a program by its build id, and its phases by their
+    code: a copy elsewhere (a fresh build folder, another host's layout) is
+    the same program with the same phases, not new ones."""
+    catalog = tmp_path / "catalog.sqlite"
+    (tmp_path / "elsewhere").mkdir()
+    moved = Path(shutil.copy2(sequence, tmp_path / "elsewhere" / sequence.name))
+    first = run(sequence, "ABC", tmp_path, catalog)["ids"]
+    then = run(moved, "CAB", tmp_path, catalog)["ids"]
+    assert PARTS <= set(first) and {name: then.get(name) for name in PARTS} == \
+        {name: first[name] for name in PARTS}, (first, then)
+    assert len(Catalog(catalog).phases(Catalog(catalog).programs()[0]["key"])) == len(first)
+
+
 def test_a_recording_replays_to_the_ids_its_run_took_from_the_catalogue(sequence, tmp_path):
     catalog = tmp_path / "catalog.sqlite"
     run(sequence, "CAB", tmp_path, catalog)

@@ -2,7 +2,9 @@
 process, hashed by code region into a fixed-length vector.
 
 Each IP is mapped to (object, offset): the object is the file a mapping comes
-from (main executable or shared library, by path), an anonymous executable
+from (main executable or shared library, by its name without the folder, so
+that the same build at another path gives the same entries: a build folder,
+a container's root, ``/lib`` or ``/usr/lib``), an anonymous executable
 mapping (JIT code, each mapping its own object) or the kernel (all kernel
 addresses, one object); the offset is the file offset (``ip - start +
 mapping offset``), the offset into the anonymous mapping, or the distance from
@@ -56,10 +58,10 @@ WHOLE_SPACE_KEY = object_key("[address space]")
 
 
 def mapping_object(m: dict) -> str:
-    """The object a mapping belongs to: its path, or, for anonymous executable
-    memory, the mapping itself."""
+    """The object a mapping belongs to: its file's name, or, for anonymous
+    executable memory, the mapping itself."""
     path = m.get("path") or ""
-    return f"[anon@{int(m['start']):x}]" if path in ANON_PATHS else path
+    return f"[anon@{int(m['start']):x}]" if path in ANON_PATHS else path.rpartition("/")[2]
 
 
 @dataclass(frozen=True)
