@@ -35,6 +35,11 @@ abab, which runs for a given CPU time, would absorb it).  Each
 watcher's extra CPU is its run's less the bare run's next to it; the ratio
 is phasewatch's extra over perf's, per round, and its median is the figure.
 
+The phase catalogue is the benchmark's own (``XDG_STATE_HOME`` in its
+temporary folder): the warm-up run makes it, as a user's first run of the
+program would, and what this host's catalogue holds from other runs does not
+enter the figures.
+
 ``--phasewatch BIN`` (repeatable) compares installs side by side, runs
 interleaved (A B A B ...), e.g. an older checkout's ``.venv/bin/phasewatch``
 against this one's; ``--load`` runs ``stress-ng --cpu 0`` (every core) during
@@ -240,6 +245,7 @@ def main() -> None:
         sys.exit("bench_run: building abab needs gcc and make")
     bins = args.phasewatch or [str(BIN)]
     with tempfile.TemporaryDirectory() as workdir:
+        os.environ["XDG_STATE_HOME"] = os.path.join(workdir, "state")
         exe = build_abab(workdir)
         options = list(args.run_options)
         if args.record:

@@ -210,7 +210,6 @@ def cpu_list(cpus: list[int]) -> str:
 
 @register("kmod", "the phasewatch kernel module: IPs and MSRs sampled on each CPU")
 def check_kmod(host: Host) -> Offer:
-    from .kmod_source import MSRS
     path = host.kmod_device
     try:
         mode = os.stat(path).st_mode
@@ -225,6 +224,7 @@ def check_kmod(host: Host) -> Offer:
     if not os.access(path, os.R_OK | os.W_OK):
         return Offer("kmod", reason=f"cannot open {path}: run as root or install "
                                     f"kmod/99-phasewatch.rules")
+    from .kmod_source import MSRS
     return Offer("kmod", IP_COLUMNS + MSRS, f"{path}, on-CPU timer")
 
 

@@ -46,7 +46,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; given ``argv``, only the subcommand it names is made, so
     that only that subcommand's module is imported (the top parser's own
     ``--help`` before it lists every one)."""
-    chosen = _chosen(argv) if argv is not None else None
+    word = _first_word(argv) if argv is not None else None
+    chosen = word if word in COMMANDS else None
     parser = Parser(
         prog="phasewatch",
         description="Online program-phase detection from core voltage, frequency and IPs.")
@@ -54,19 +55,17 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"phasewatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, help_text in COMMANDS.items():
-        if chosen in (None, name):
+        if chosen in (None, name) and word != "--version":   # the version needs no command
             command = sub.add_parser(name, help=help_text, description=help_text)
             importlib.import_module(f".{name}", __package__).add_arguments(command)
     return parser
 
 
-def _chosen(argv: list[str]) -> str | None:
-    """The subcommand ``argv`` names, unless the top parser's options come first."""
+def _first_word(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names, or the top parser's option that comes first."""
     for arg in argv:
-        if arg in COMMANDS:
+        if arg in COMMANDS or arg in ("-h", "--help", "--version"):
             return arg
-        if arg in ("-h", "--help", "--version"):
-            return None
     return None
 
 
