@@ -448,3 +448,22 @@ def test_kernel_samples_are_named_once_they_reach_the_fold(abab, kallsyms_reads)
         everything = np.concatenate([first, second])
         assert functions.top(3, 2) == _reference_top(symbolizer, everything, 2)
         assert functions.top(3, 1) == [(_reference_top(symbolizer, everything, 1)[0][0], 40 / 50)]
+
+
+@pytest.mark.parametrize("a_samples,b_samples,kernel_samples", [(9, 1, 2), (3, 2, 2)])
+def test_a_phase_is_named_without_the_kernel_where_one_function_dominates(
+        abab, kallsyms_reads, a_samples, b_samples, kernel_samples):
+    """A phase's name needs its second function only where the first holds
+    under half its samples: with one function dominating, kernel samples that
+    could be second are not named; without, they are.  The name is that of
+    everything named at once either way."""
+    from phasewatch.live.phase_catalog import name_phases, phase_name
+    with RunningAbab(abab, "5") as run:
+        symbolizer = Symbolizer.from_pid(run.pid)
+        a, b = run.addrs["region_a"], run.addrs["region_b"]
+        ips = np.array([a] * a_samples + [b] * b_samples + [_kernel_ip(0)] * kernel_samples,
+                       dtype=np.uint64)
+        functions = _fed(symbolizer, ips, [7], [len(ips)])
+        names = name_phases([7], functions, {})
+        assert (kallsyms_reads != []) == (a_samples / len(ips) < 0.5)
+        assert names == {7: phase_name(_reference_top(symbolizer, ips, 2))}

@@ -25,7 +25,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..formats.catalog import CatalogPhase, profile_distances_of
-from ..live.phase_catalog import phase_name
+from ..live.phase_catalog import naming_top, phase_name
 
 #: How long a retired phase's series stay in the exposition.
 RETIRED_KEEP_S = 300.0
@@ -195,7 +195,7 @@ class TargetPhases:
         phases = [p for p in np.unique(intervals.phase).tolist() if p >= 0]
         for sid in phases:
             if sid not in self.named:
-                top = self.namer.top(sid, 2) if self.namer is not None else []
+                top = naming_top(self.namer, sid) if self.namer is not None else []
                 self.named[sid] = self.program.name(sid, phase_name(top))
         if self.namer is not None:
             self.namer.forget(phases)
