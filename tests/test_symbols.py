@@ -467,3 +467,22 @@ def test_a_phase_is_named_without_the_kernel_where_one_function_dominates(
         names = name_phases([7], functions, {})
         assert (kallsyms_reads != []) == (a_samples / len(ips) < 0.5)
         assert names == {7: phase_name(_reference_top(symbolizer, ips, 2))}
+
+
+@pytest.mark.parametrize("kernel_samples", [1, 2])
+def test_kernel_samples_under_the_share_a_table_shows_are_not_named(
+        abab, kallsyms_reads, kernel_samples):
+    """A table shows no function under half a per cent: kernel samples that
+    together hold less are not named for it (1 of 301), and where they hold
+    more (2 of 202) they are, ranked as if named from the start."""
+    with RunningAbab(abab, "5") as run:
+        symbolizer = Symbolizer.from_pid(run.pid)
+        a = run.addrs["region_a"]
+        user = 300 if kernel_samples == 1 else 200
+        ips = np.array([a] * user + [_kernel_ip(0)] * kernel_samples, dtype=np.uint64)
+        functions = _fed(symbolizer, ips, [7], [len(ips)])
+        top = functions.top(7, 3, min_share=0.005)
+        assert (kallsyms_reads != []) == (kernel_samples / len(ips) >= 0.005)
+        reference = _reference_top(symbolizer, ips, 3)
+        assert top == [(name, share) for name, share in reference
+                       if share >= 0.005 or not name.startswith("[k")]

@@ -96,15 +96,20 @@ class PhaseFunctions(Sink):
             mine = row_phase == phase
             self._keep(phase, assigned[mine], None if owners is None else owners[mine])
 
-    def top(self, phase: int, k: int = 3) -> list[tuple[str, float]]:
-        """The ``k`` functions with most of the phase's samples, with their shares."""
+    def top(self, phase: int, k: int = 3, min_share: float = 0.0) -> list[tuple[str, float]]:
+        """The ``k`` functions with most of the phase's samples, with their
+        shares; given ``min_share``, kernel functions are named only where
+        all the phase's kernel samples together reach it (a table that shows
+        no function under it spares reading the kernel's symbols), and those
+        that could not reach it may be missing."""
         self._fold(phase)
         ranked = self._ranked(phase, k)
         waiting = self._waiting(phase)
-        if waiting and (phase in self._kernel_named or len(ranked) < k or ranked[-1][1] <= waiting):
-            self._name_kernel(phase)            # a kernel function could rank
-            ranked, waiting = self._ranked(phase, k), 0
         total = sum(self._names.get(phase, {}).values()) + waiting
+        could_rank = phase in self._kernel_named or len(ranked) < k or ranked[-1][1] <= waiting
+        if waiting and could_rank and waiting >= min_share * total:
+            self._name_kernel(phase)
+            ranked = self._ranked(phase, k)
         return [(name, n / total) for name, n in ranked]
 
     def _waiting(self, phase: int) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..collectors.registry import CHOICES
 from ..core.settings import detector_label
 from ..formats.results import finite, summary_dict
-from .tables import kernel_column, phase_table, prediction_line, summary_lines
+from .tables import SHOWN_SHARE, kernel_column, phase_table, prediction_line, summary_lines
 
 TOP_FUNCTIONS = 3
 
@@ -31,7 +31,8 @@ def run_lines(result, width: int | None = None) -> list:
     """The summary for a terminal: lines and the table (rich renderables),
     the table fitted to ``width`` columns."""
     info, stats, summary = result.info, result.stats, result.summary
-    tops = [result.functions.top(row["phase"], TOP_FUNCTIONS) for row in summary.table()]
+    tops = [result.functions.top(row["phase"], TOP_FUNCTIONS, min_share=SHOWN_SHARE)
+            for row in summary.table()]
     energy_columns = energy_cells(summary, result.energy) if result.energy is not None else {}
     if info.get("kernel_sampled"):
         energy_columns = {**kernel_column(kernel_shares(summary, result.functions)),

@@ -105,6 +105,10 @@ def _drawn_width(columns: dict[str, list[str]], more: int) -> int:
     return content + 3 * (len(columns) + more) + 1
 
 
+#: A function with less of a phase's samples is left out of its cell.
+SHOWN_SHARE = 0.005
+
+
 def top_functions_cell(top: list[tuple[str, float]], width: int | None = None) -> str:
     """``region_a 97%, region_b 2%``: the functions that round to at least
     1 %, their names shortened (:func:`short_name`) and, given a ``width``,
@@ -131,7 +135,7 @@ def _by_short_name(top: list[tuple[str, float]]) -> list[tuple[str, float]]:
     shares: dict[str, float] = {}
     for name, share in top:
         shares[short_name(name)] = shares.get(short_name(name), 0.0) + share
-    return sorted(((n, s) for n, s in shares.items() if s >= 0.005), key=lambda item: -item[1])
+    return sorted(((n, s) for n, s in shares.items() if s >= SHOWN_SHARE), key=lambda item: -item[1])
 
 
 def _packed(entries: list[str], width: int) -> str | None:
