@@ -16,6 +16,8 @@ PERF_RATE = "1 kHz (in each perf sample)"
 
 @dataclass
 class Row:
+    """One line of probe's table: a signal, whether it is there, and why not."""
+
     signal: str
     key: str
     available: bool

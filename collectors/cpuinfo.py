@@ -13,6 +13,8 @@ from phasewatch.core import cpumodels
 
 @dataclass(frozen=True)
 class CpuInfo:
+    """What /proc/cpuinfo says of the first CPU."""
+
     vendor: str = ""
     family: int | None = None
     model: int | None = None

@@ -23,6 +23,8 @@ DEFAULT_ROOT = "/sys/class/powercap"
 
 @dataclass(frozen=True)
 class RaplZone:
+    """One RAPL zone of powercap's sysfs: its folder, name, package and counter range."""
+
     path: str
     name: str              # "package-0", "core", "dram", ...
     package: int

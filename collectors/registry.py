@@ -106,6 +106,8 @@ class Offer:
 
 @dataclass
 class Target:
+    """What a source watches: a process tree or CPUs, and at what rate."""
+
     pid: int | None = None
     cpus: list[int] | None = None
     rate_hz: int = 1000
@@ -114,6 +116,8 @@ class Target:
 
 @dataclass
 class Entry:
+    """One source in the registry: its check, and how it opens."""
+
     name: str
     description: str
     check: Callable[[Host], Offer]

@@ -29,6 +29,8 @@ DEBUG_ROOT = Path("/usr/lib/debug")
 
 @dataclass(frozen=True)
 class Segment:
+    """A loadable segment of an ELF file: where it is mapped from and to."""
+
     vaddr: int
     offset: int
     filesz: int

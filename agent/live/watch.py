@@ -62,6 +62,8 @@ OPTIONAL_SIGNALS = {
 
 @dataclass
 class WatchOptions:
+    """How a watch runs and what it writes, from the command's options."""
+
     settings: DetectionSettings     # as the user chose them, before the signals are known
     say: Callable[[str], None]      # warnings (nothing with --quiet)
     program: str | None = None      # the watched executable: no output may overwrite it
@@ -76,6 +78,8 @@ class WatchOptions:
 
 @dataclass
 class WatchResult:
+    """What a watch found, for the summary, --json and the outputs."""
+
     info: dict                      # what the summary's header and --json tell of the run
     summary: PhaseSummary
     stats: PipelineStats
