@@ -38,7 +38,8 @@ is phasewatch's extra over perf's, per round, and its median is the figure.
 The phase catalogue is the benchmark's own (``XDG_STATE_HOME`` in its
 temporary folder): the warm-up run makes it, as a user's first run of the
 program would, and what this host's catalogue holds from other runs does not
-enter the figures.
+enter the figures.  ``--first-runs`` gives every phasewatch run an empty
+one instead: the cost of a program's first run, whose phases are all new.
 
 ``--phasewatch BIN`` (repeatable) compares installs side by side, runs
 interleaved (A B A B ...), e.g. an older checkout's ``.venv/bin/phasewatch``
@@ -172,9 +173,9 @@ def figures(samples: list[Sample], rusage_s: float, settle_s: float) -> RunFigur
                       rusage_s=rusage_s, maxrss_mib=max(s.hwm_kib for s in samples) / 1024)
 
 
-def rusage_seconds(argv: list[str]) -> float:
+def rusage_seconds(argv: list[str], env: dict | None = None) -> float:
     """User + system CPU seconds of ``argv`` and all it reaped, from wait4."""
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"bench_run: {' '.join(argv)} exited {os.waitstatus_to_exitcode(status)}")
@@ -182,9 +183,10 @@ def rusage_seconds(argv: list[str]) -> float:
 
 
 def versus_perf(bins: list[str], cmd: list[str], repeat: int, options: list[str],
-                workdir: str) -> None:
+                workdir: str, first_runs: bool = False) -> None:
     """Extra CPU over the bare command: phasewatch run's and perf record's,
-    interleaved, with their ratio per round."""
+    interleaved, with their ratio per round; with ``first_runs``, each
+    phasewatch run has a catalogue of its own, empty."""
     perf_data = os.path.join(workdir, "perf.data")
     commands = {"bare": cmd,
                 **{b: [b, "run", "-q", *options, "--", *cmd] for b in bins},
@@ -193,9 +195,11 @@ def versus_perf(bins: list[str], cmd: list[str], repeat: int, options: list[str]
     for argv in commands.values():        # warm the page cache and the kernels' caches
         rusage_seconds(argv[:-1] + ["0.01"])
     taken: dict[str, list[float]] = {name: [] for name in commands}
-    for _ in range(repeat):
+    for k in range(repeat):
         for name, argv in commands.items():
-            taken[name].append(rusage_seconds(argv))
+            fresh = first_runs and name in bins
+            env = {**os.environ, "XDG_STATE_HOME": os.path.join(workdir, f"first-{k}-{name}")}
+            taken[name].append(rusage_seconds(argv, env if fresh else None))
     bare = taken["bare"]
     perf = [p - b for p, b in zip(taken["perf record"], bare)]
     print(f"command: {os.path.basename(cmd[0])} {' '.join(cmd[1:])}, {repeat} rounds of "
@@ -235,6 +239,9 @@ def main() -> None:
                         help="the whole command's extra CPU beside perf record -F 1000's, "
                              "from rusage, interleaved with bare runs; CMD is parts, "
                              "--seconds its --scale")
+    parser.add_argument("--first-runs", action="store_true",
+                        help="with --versus-perf, each phasewatch run starts with an empty "
+                             "catalogue, as a program's first run does")
     parser.add_argument("--abab", action="store_true",
                         help="with --versus-perf, CMD is abab SECONDS (which runs for a given "
                              "CPU time: only the watchers' own processes count)")
@@ -254,7 +261,7 @@ def main() -> None:
             with cpu_load(args.load, "bench_run"):
                 cmd = ([exe, str(args.seconds)] if args.abab else
                        [os.path.join(workdir, "parts"), "--scale", str(args.seconds)])
-                versus_perf(bins, cmd, args.repeat, options, workdir)
+                versus_perf(bins, cmd, args.repeat, options, workdir, args.first_runs)
             return
         argvs = {b: [b, "run", *options, "--", exe, str(args.seconds)] for b in bins}
         runs: dict[str, list[RunFigures]] = {b: [] for b in bins}
