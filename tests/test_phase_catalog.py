@@ -117,6 +117,31 @@ def test_ids_are_never_given_twice():
         state.seed([], next_id=0)
 
 
+def test_a_run_reads_no_more_of_its_program_than_the_classifier_holds(tmp_path, monkeypatch):
+    """A program may have up to 1024 phases in the catalogue; a run starts
+    from the most recently seen that its classifier holds (half of
+    max_phases), and reads no more than max_phases of them."""
+    from phasewatch.live.phase_catalog import RunCatalog
+    meta = synthetic.eight_phase_metadata(100_000_000)
+    params = Params(interval=interval_params_of(meta), histograms=histogram_params_of(meta),
+                    detector=DetectorParams(detector="vpf-ip", max_phases=8))
+    pipeline = Pipeline.for_trace(meta, params)
+    width, segments = pipeline.layout.width, len(pipeline.layout.bounds) - 1
+    run_catalog = RunCatalog(str(tmp_path / "c.sqlite"), "/bin/true", warn=print)
+    phases = [CatalogPhase(known(i, width, segments, i), f"p{i}", 1, 1.0, float(i))
+              for i in range(40)]
+    assert run_catalog.catalog.save(run_catalog.program, "/bin/true", pipeline.profile, 40, phases)
+    read = []
+    real = Catalog.phases
+    monkeypatch.setattr(Catalog, "phases", lambda self, key, limit=-1: read.append(
+        len(found := real(self, key, limit))) or found)
+    run_catalog.seed(pipeline)
+    assert read == [8]
+    assert sorted(p.id for p in pipeline.classifier.known()) == [36, 37, 38, 39]
+    assert pipeline.classifier.next_id == 40
+    run_catalog.close()
+
+
 def test_the_catalogue_next_id_never_goes_back(tmp_path):
     catalog = Catalog(tmp_path / "c.sqlite")
     phase = CatalogPhase(known(0, 4, 1, 0), "fa", 3, 1.0, 2.0)

@@ -77,7 +77,8 @@ class RunCatalog:
             return
         self.profile = pipeline.profile
         key = f"{self.program}|{self.profile}"
-        known = self.catalog.phases(key)
+        # The catalogue keeps up to 1024 a program; the classifier holds fewer.
+        known = self.catalog.phases(key, limit=pipeline.params.detector.max_phases)
         pipeline.classifier.seed([p.known for p in known], self.catalog.next_id(key))
         self.names = {p.known.id: p.name for p in known}
         self.first_seen = {p.known.id: p.first_seen for p in known}
