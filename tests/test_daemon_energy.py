@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import numpy as np
 import pytest
 from daemonutil import PHASEWATCH, Daemon, write_trace
 from test_phase_energy import CounterWriter, fake_tree
@@ -49,8 +50,16 @@ def test_each_phases_energy_counter_is_its_time_times_the_power(tmp_path):
     # A paced replay keeps the trace's time only as well as the host lets it:
     # under load a phase's stretch of wall-clock time slips by a few per cent
     # (the 2 % of run's own test, tests/test_phase_energy.py, is on live samples).
+    # The counter is only as current as its writer: where the host stalled it
+    # (writing files, as the test suite does around it), up to the energy of
+    # its longest gap lands on a neighbouring phase at each end of a phase.
+    writes = np.array([t for t, _ in writer.history])
+    stalled_j = WATTS * float(np.diff(writes).max()) / 1e9
+    sum_s = sum(seconds.values())
+    assert sum(got.values()) == pytest.approx(WATTS * sum_s, rel=0.05)
     for phase, s in seconds.items():
-        assert got[phase] == pytest.approx(WATTS * s, rel=0.05), (phase, got, seconds)
+        assert got[phase] == pytest.approx(WATTS * s, rel=0.05, abs=2 * stalled_j), \
+            (phase, got, seconds, stalled_j)
 
 
 def test_a_powercap_root_without_rapl_is_one_line_and_status_2(tmp_path):
